@@ -1,0 +1,16 @@
+# The annex-agent image that `annexctl install --image` deploys.
+#   docker build -t annex-agent:dev .
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=v0.1.0-dev
+RUN CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-X github.com/annexhq/annex/internal/version.Version=${VERSION}" \
+      -o /out/annex-agent ./cmd/annex-agent
+
+FROM gcr.io/distroless/static:nonroot
+COPY --from=build /out/annex-agent /annex-agent
+USER 65532:65532
+ENTRYPOINT ["/annex-agent"]

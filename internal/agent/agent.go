@@ -1,0 +1,164 @@
+// Package agent owns the annex-agent process: its flags, its
+// controller-runtime manager (leader election, health and readiness probes,
+// Prometheus metrics) and the RBAC that the agent's ServiceAccount is granted.
+// Controllers register themselves on the manager it returns.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+)
+
+// The agent's RBAC. controller-gen turns these markers into config/rbac/role.yaml.
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch,namespace=annex-system
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=annex-system
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=core.annex.dev,resources=foreignclusters;resourceslices;virtualnodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=core.annex.dev,resources=foreignclusters/status;resourceslices/status;virtualnodes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=offloading.annex.dev,resources=namespaceoffloadings;shadowpods;shadowendpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups=offloading.annex.dev,resources=namespaceoffloadings/status;shadowpods/status;shadowendpointslices/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=networking.annex.dev,resources=networkconfigurations,verbs=get;list;watch
+// +kubebuilder:rbac:groups=networking.annex.dev,resources=networkconfigurations/status,verbs=get;update;patch
+
+// Options are the agent's command-line settings.
+type Options struct {
+	Kubeconfig          string
+	Namespace           string
+	LeaderElect         bool
+	LeaderElectionID    string
+	MetricsBindAddress  string
+	HealthProbeAddress  string
+	GracefulStopTimeout time.Duration
+}
+
+// DefaultOptions returns the settings used when a flag is not given.
+func DefaultOptions() Options {
+	return Options{
+		Namespace:           corev1alpha1.AgentNamespace,
+		LeaderElect:         true,
+		LeaderElectionID:    "annex-agent",
+		MetricsBindAddress:  ":8080",
+		HealthProbeAddress:  ":8081",
+		GracefulStopTimeout: 10 * time.Second,
+	}
+}
+
+// BindFlags registers the options on fs.
+func (o *Options) BindFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the cluster this agent runs for (default: in-cluster config, then $KUBECONFIG)")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace Annex is installed in (leader-election lease, identity ConfigMap)")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect a leader so that only one agent replica acts at a time")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "name of the leader-election Lease")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus /metrics endpoint (\"0\" disables it)")
+	fs.StringVar(&o.HealthProbeAddress, "health-probe-bind-address", o.HealthProbeAddress, "address of the /healthz and /readyz endpoints")
+	fs.DurationVar(&o.GracefulStopTimeout, "graceful-stop-timeout", o.GracefulStopTimeout, "how long to wait for controllers to stop on shutdown")
+}
+
+// Validate reports the first invalid option.
+func (o *Options) Validate() error {
+	switch {
+	case o.Namespace == "":
+		return errors.New("--namespace must not be empty")
+	case o.HealthProbeAddress == "" || o.HealthProbeAddress == "0":
+		return errors.New("--health-probe-bind-address is required: the agent's readiness is part of its contract")
+	}
+	return nil
+}
+
+// Scheme returns a scheme with the Kubernetes built-in types and every Annex API group.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme,
+		corev1alpha1.AddToScheme,
+		offloadingv1alpha1.AddToScheme,
+		networkingv1alpha1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// RESTConfig loads the kubeconfig named by the options, or the in-cluster or
+// default configuration when none is named.
+func (o *Options) RESTConfig() (*rest.Config, error) {
+	if o.Kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("load --kubeconfig %s: %w", o.Kubeconfig, err)
+		}
+		return cfg, nil
+	}
+	return ctrl.GetConfig()
+}
+
+// NewManager builds the agent's manager. Its readiness check passes once the
+// agent can read the cluster identity ConfigMap with its own credentials,
+// which proves both connectivity and RBAC.
+func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              o.LeaderElectionID,
+		LeaderElectionNamespace:       o.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:        o.HealthProbeAddress,
+		GracefulShutdownTimeout:       &o.GracefulStopTimeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("identity", identityCheck(cs, o.Namespace)); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// identityCheck reads the identity ConfigMap with a short timeout.
+func identityCheck(cs kubernetes.Interface, ns string) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), 3*time.Second)
+		defer cancel()
+		cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, corev1alpha1.ClusterIdentityConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("read identity ConfigMap %s/%s: %w", ns, corev1alpha1.ClusterIdentityConfigMapName, err)
+		}
+		if cm.Data[corev1alpha1.ClusterIdentityKeyClusterID] == "" {
+			return fmt.Errorf("identity ConfigMap %s/%s has no %s", ns, corev1alpha1.ClusterIdentityConfigMapName, corev1alpha1.ClusterIdentityKeyClusterID)
+		}
+		return nil
+	}
+}

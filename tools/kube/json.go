@@ -1,0 +1,18 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+func jsonField(data []byte, field string) (string, error) {
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		return "", err
+	}
+	s, ok := m[field].(string)
+	if !ok || s == "" {
+		return "", fmt.Errorf("no %q in go mod download output", field)
+	}
+	return s, nil
+}
