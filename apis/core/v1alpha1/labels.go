@@ -1,0 +1,86 @@
+package v1alpha1
+
+// Labels, annotations, taints and well-known names shared by every Annex
+// component. They are part of the API: tests and other clusters rely on them.
+const (
+	// LabelRemoteClusterID marks an object as belonging to, or coming from,
+	// the remote cluster whose ID is the value. On a provider it names the
+	// consumer that owns a reflected object; on a consumer it names the
+	// provider an object was reflected to.
+	LabelRemoteClusterID = "annex.dev/remote-cluster-id"
+
+	// LabelManagedBy marks objects that an Annex component created and owns.
+	// Its value is ManagedByAnnex.
+	LabelManagedBy = "annex.dev/managed-by"
+
+	// ManagedByAnnex is the value of LabelManagedBy.
+	ManagedByAnnex = "annex"
+
+	// LabelRemoteUnavailable is set (value "true") on local offloaded pods
+	// while the provider that runs them is unreachable, and removed when it
+	// comes back.
+	LabelRemoteUnavailable = "annex.dev/remote-unavailable"
+
+	// AnnotationUseDirectConnections, set to "true" on a consumer Service,
+	// asks Annex to let providers reach endpoints on other providers
+	// directly instead of through the consumer.
+	AnnotationUseDirectConnections = "annex.dev/use-direct-connections"
+
+	// AnnotationDirectConnectionsData is set by the consumer on a
+	// ShadowEndpointSlice: for every endpoint that lives on another provider,
+	// that provider's cluster ID, the address as written in the slice and the
+	// pod's address in that provider's own network. Providers treat it as
+	// untrusted input.
+	AnnotationDirectConnectionsData = "annex.dev/direct-connections-data"
+
+	// AnnotationSkipReflection, set to "true" on a Service, ConfigMap or
+	// Secret, keeps Annex from reflecting it to providers.
+	AnnotationSkipReflection = "annex.dev/skip-reflection"
+
+	// TaintKeyVirtualNode is the key of the taint every virtual node carries
+	// so that only pods of offloaded namespaces (which get a matching
+	// toleration) are scheduled on it.
+	TaintKeyVirtualNode = "annex.dev/virtual-node"
+)
+
+// Cluster identity: every cluster running Annex has one ConfigMap that says
+// who it is and which address ranges it owns.
+const (
+	// AgentNamespace is the namespace the Annex agent runs in.
+	AgentNamespace = "annex-system"
+
+	// ClusterIdentityConfigMapName is the name of the identity ConfigMap in
+	// AgentNamespace.
+	ClusterIdentityConfigMapName = "annex-cluster-identity"
+
+	// ClusterIdentityKeyClusterID is the identity key holding the cluster ID.
+	ClusterIdentityKeyClusterID = "clusterID"
+	// ClusterIdentityKeyPodCIDR is the identity key holding the pod CIDR.
+	ClusterIdentityKeyPodCIDR = "podCIDR"
+	// ClusterIdentityKeyServiceCIDR is the identity key holding the service CIDR.
+	ClusterIdentityKeyServiceCIDR = "serviceCIDR"
+	// ClusterIdentityKeyExternalCIDR is the identity key holding the external
+	// CIDR (the range transit addresses are allocated from).
+	ClusterIdentityKeyExternalCIDR = "externalCIDR"
+)
+
+// Name prefixes of objects derived from a cluster ID.
+const (
+	// TenantNamespacePrefix prefixes the tenant namespace kept for each peer.
+	TenantNamespacePrefix = "annex-tenant-"
+
+	// VirtualNodeNamePrefix prefixes the default Node name of a virtual node.
+	VirtualNodeNamePrefix = "annex-"
+)
+
+// TenantNamespaceName returns the name of the tenant namespace that a cluster
+// keeps for the peer with the given cluster ID ("annex-tenant-<clusterID>").
+func TenantNamespaceName(clusterID string) string {
+	return TenantNamespacePrefix + clusterID
+}
+
+// VirtualNodeName returns the default Node name of the virtual node that
+// represents the provider with the given cluster ID ("annex-<clusterID>").
+func VirtualNodeName(clusterID string) string {
+	return VirtualNodeNamePrefix + clusterID
+}

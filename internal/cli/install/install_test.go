@@ -1,0 +1,37 @@
+package install
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestValidate(t *testing.T) {
+	ok := DefaultOptions()
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*Options)
+		wantErr string
+	}{
+		{name: "defaults", mutate: func(*Options) {}},
+		{name: "cluster ID", mutate: func(o *Options) { o.ClusterID = "alpha-1" }},
+		{name: "cluster ID not a DNS label", mutate: func(o *Options) { o.ClusterID = "Alpha_1" }, wantErr: "--cluster-id"},
+		{name: "cluster ID too long", mutate: func(o *Options) { o.ClusterID = strings.Repeat("a", 33) }, wantErr: "at most 32"},
+		{name: "pod CIDR garbage", mutate: func(o *Options) { o.PodCIDR = "ten" }, wantErr: "--pod-cidr \"ten\" is not a CIDR"},
+		{name: "host bits", mutate: func(o *Options) { o.ExternalCIDR = "10.70.1.0/16" }, wantErr: "did you mean 10.70.0.0/16"},
+		{name: "overlap", mutate: func(o *Options) { o.PodCIDR = "10.96.0.0/16" }, wantErr: "overlaps"},
+		{name: "no image", mutate: func(o *Options) { o.Image = "" }, wantErr: "--image"},
+		{name: "no image but local agent", mutate: func(o *Options) { o.Image, o.LocalAgent = "", true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := ok
+			tc.mutate(&o)
+			err := o.Validate()
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}

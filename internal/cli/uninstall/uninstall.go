@@ -1,0 +1,99 @@
+// Package uninstall owns `annexctl uninstall`: it removes what `annexctl
+// install` applied and waits until it is gone.
+package uninstall
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/config"
+	"github.com/annexhq/annex/internal/cli"
+)
+
+// Options are the settings of one uninstall.
+type Options struct {
+	// Force uninstalls even while peerings exist.
+	Force   bool
+	Timeout time.Duration
+}
+
+// Run removes Annex from the cluster.
+func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	if !o.Force {
+		fcs := &corev1alpha1.ForeignClusterList{}
+		err := c.Client.List(ctx, fcs)
+		switch {
+		case err == nil && len(fcs.Items) > 0:
+			return fmt.Errorf("this cluster still has %d peering(s) (ForeignCluster %s, ...): unpeer first, or pass --force to remove them without telling the peers", len(fcs.Items), fcs.Items[0].Name)
+		case err != nil && !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err):
+			return c.Unreachable(err)
+		}
+	}
+	deleteObj := func(obj client.Object) error {
+		err := c.Client.Delete(ctx, obj, client.PropagationPolicy("Background"))
+		if err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
+			return fmt.Errorf("delete %T %s: %w", obj, obj.GetName(), err)
+		}
+		return nil
+	}
+	rbac, err := cli.DecodeManifests(config.FS, "rbac/*.yaml")
+	if err != nil {
+		return err
+	}
+	for _, obj := range rbac {
+		if obj.GetNamespace() != "" {
+			continue // removed with the namespace
+		}
+		if err := deleteObj(obj); err != nil {
+			return err
+		}
+	}
+	s.Step("removed the agent's cluster-wide RBAC")
+	ns := &corev1.Namespace{}
+	ns.Name = corev1alpha1.AgentNamespace
+	if err := deleteObj(ns); err != nil {
+		return err
+	}
+	crds, err := cli.DecodeManifests(config.FS, "crd/*.yaml")
+	if err != nil {
+		return err
+	}
+	for _, crd := range crds {
+		if err := deleteObj(crd); err != nil {
+			return err
+		}
+	}
+	s.Step("deleting namespace %s and %d CustomResourceDefinitions...", corev1alpha1.AgentNamespace, len(crds))
+	gone := func(obj client.Object) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			err := c.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return false, err
+		}
+	}
+	if err := cli.Poll(ctx, 250*time.Millisecond, o.Timeout, "namespace "+ns.Name+" to be deleted", gone(ns)); err != nil {
+		return err
+	}
+	for _, u := range crds {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		crd.Name = u.GetName()
+		if err := cli.Poll(ctx, 250*time.Millisecond, o.Timeout, "CRD "+crd.Name+" to be deleted", gone(crd)); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(s.Out, "Annex is uninstalled from %s.\n", c.Host)
+	return nil
+}
+
