@@ -135,8 +135,14 @@ func build(b binary, dst string) error {
 
 // copyStages copies kwok's stage configurations out of the module cache.
 func copyStages(dst string) error {
-	if _, err := os.Stat(filepath.Join(dst, "complete")); err == nil {
+	// The marker's name changes whenever the selection of stages does, so
+	// that an older copy is replaced.
+	marker := filepath.Join(dst, ".complete-v2")
+	if _, err := os.Stat(marker); err == nil {
 		return nil
+	}
+	if err := os.RemoveAll(dst); err != nil {
+		return err
 	}
 	out, err := exec.Command("go", "mod", "download", "-json", "sigs.k8s.io/kwok@"+kwokVersion).Output()
 	if err != nil {
@@ -151,8 +157,14 @@ func copyStages(dst string) error {
 	}
 	for _, s := range kwokStages {
 		err := filepath.WalkDir(filepath.Join(modDir, s), func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || filepath.Ext(p) != ".yaml" || filepath.Base(p) == "kustomization.yaml" {
+			if err != nil {
 				return err
+			}
+			if d.IsDir() && d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			if d.IsDir() || filepath.Ext(p) != ".yaml" || d.Name() == "kustomization.yaml" {
+				return nil
 			}
 			data, err := os.ReadFile(p)
 			if err != nil {
@@ -166,5 +178,5 @@ func copyStages(dst string) error {
 			return fmt.Errorf("copy kwok stages %s: %w", s, err)
 		}
 	}
-	return os.WriteFile(filepath.Join(dst, "complete"), nil, 0o644)
+	return os.WriteFile(marker, nil, 0o644)
 }
