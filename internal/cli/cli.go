@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -71,6 +72,9 @@ func Connect(ctx context.Context, path string, timeout time.Duration) (*Cluster,
 	cfg.QPS, cfg.Burst = 50, 100
 	scheme, err := agent.Scheme()
 	if err != nil {
+		return nil, err
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})

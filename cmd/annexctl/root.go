@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/annexhq/annex/internal/cli"
+	"github.com/annexhq/annex/internal/cli/install"
+	"github.com/annexhq/annex/internal/cli/uninstall"
+	"github.com/annexhq/annex/internal/version"
+)
+
+func newRootCommand(s cli.IOStreams) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "annexctl",
+		Short: "Borrow capacity from peer Kubernetes clusters",
+		Long: `annexctl installs Annex into Kubernetes clusters, peers a consumer cluster with
+provider clusters (each provider appears as a virtual node), offloads namespaces,
+and runs a local sandbox of three real clusters for trying it out.`,
+		Version:       version.Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(s.Out)
+	root.SetErr(s.ErrOut)
+	root.AddCommand(newInstallCommand(s), newUninstallCommand(s), newSandboxCommand(s))
+	return root
+}
+
+// signalContext is cancelled on SIGINT/SIGTERM so long operations stop cleanly.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func newInstallCommand(s cli.IOStreams) *cobra.Command {
+	o := install.DefaultOptions()
+	var kubeconfig string
+	cmd := &cobra.Command{
+		Use:   "install",
+		Short: "Install Annex (CRDs, RBAC, identity, agent) into a cluster",
+		Long: `install server-side applies Annex's CustomResourceDefinitions, the annex-system
+namespace, the agent's ServiceAccount and RBAC, the cluster identity ConfigMap
+(cluster ID and pod/service/external CIDRs) and, unless --local-agent is set, the
+annex-agent Deployment. Running it again changes nothing. It refuses to install
+over a different Annex version or to change an installed cluster's ID.`,
+		Example: `  annexctl install --kubeconfig alpha.kubeconfig --cluster-id alpha --pod-cidr 10.200.0.0/16`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			c, err := cli.Connect(ctx, kubeconfig, 15*time.Second)
+			if err != nil {
+				return err
+			}
+			return install.Run(ctx, s, c, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: $KUBECONFIG or ~/.kube/config)")
+	f.StringVar(&o.ClusterID, "cluster-id", o.ClusterID, "this cluster's ID, a DNS label of at most 32 characters (default: the installed one, else derived from kube-system's UID)")
+	f.StringVar(&o.PodCIDR, "pod-cidr", o.PodCIDR, "the cluster's pod CIDR")
+	f.StringVar(&o.ServiceCIDR, "service-cidr", o.ServiceCIDR, "the cluster's service CIDR")
+	f.StringVar(&o.ExternalCIDR, "external-cidr", o.ExternalCIDR, "CIDR from which this cluster gives addresses to remote pods it exposes to its peers")
+	f.BoolVar(&o.LocalAgent, "local-agent", o.LocalAgent, "do not deploy the agent: it runs as a local process (as in the sandbox)")
+	f.StringVar(&o.Image, "image", o.Image, "annex-agent container image (build it from the repository's Dockerfile)")
+	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
+	return cmd
+}
+
+func newUninstallCommand(s cli.IOStreams) *cobra.Command {
+	o := uninstall.Options{Timeout: 2 * time.Minute}
+	var kubeconfig string
+	cmd := &cobra.Command{
+		Use:   "uninstall",
+		Short: "Remove Annex from a cluster",
+		Long: `uninstall deletes the annex-agent, its RBAC, the annex-system namespace and Annex's
+CustomResourceDefinitions, and waits until they are gone. It refuses while the
+cluster still has peerings unless --force is given.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := signalContext()
+			defer cancel()
+			c, err := cli.Connect(ctx, kubeconfig, 15*time.Second)
+			if err != nil {
+				return err
+			}
+			return uninstall.Run(ctx, s, c, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: $KUBECONFIG or ~/.kube/config)")
+	f.BoolVar(&o.Force, "force", false, "uninstall even if peerings exist (the peers are not told)")
+	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
+	return cmd
+}
