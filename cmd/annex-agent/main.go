@@ -3,57 +3,121 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	"github.com/annexhq/annex/internal/agent"
+	"github.com/annexhq/annex/internal/controller/credentials"
+	"github.com/annexhq/annex/internal/controller/foreigncluster"
+	"github.com/annexhq/annex/internal/controller/replicator"
+	"github.com/annexhq/annex/internal/controller/resourceslice"
+	"github.com/annexhq/annex/internal/identity"
+	"github.com/annexhq/annex/internal/remote"
 	"github.com/annexhq/annex/internal/version"
 )
 
 func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "annex-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
 	opts := agent.DefaultOptions()
+	remoteOpts := remote.DefaultOptions()
+	var sliceOpts resourceslice.Options
+	renewFraction := 2.0 / 3
 	logCfg := textlogger.NewConfig()
+
 	fs := pflag.NewFlagSet("annex-agent", pflag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "annex-agent %s runs Annex in one cluster: peering, offloading and virtual nodes.\n\nUsage: annex-agent [flags]\n\nFlags:\n%s", version.Version, fs.FlagUsages())
 	}
 	opts.BindFlags(fs)
+	remoteOpts.BindFlags(fs)
+	sliceOpts.BindFlags(fs)
+	fs.Float64Var(&renewFraction, "credentials-renew-fraction", renewFraction, "renew a peering token once this fraction of its lifetime has passed (0 < f < 1)")
 	gofs := flag.NewFlagSet("log", flag.ContinueOnError)
 	logCfg.AddFlags(gofs)
 	fs.AddGoFlagSet(gofs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == pflag.ErrHelp {
-			os.Exit(0)
+			return nil
 		}
 		os.Exit(2)
 	}
 	log := textlogger.NewLogger(logCfg)
 	ctrl.SetLogger(log)
 	klog.SetLogger(log)
-
 	if err := opts.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "annex-agent:", err)
-		os.Exit(2)
+		return err
 	}
+	if err := remoteOpts.Validate(); err != nil {
+		return err
+	}
+	if renewFraction <= 0 || renewFraction >= 1 {
+		return fmt.Errorf("--credentials-renew-fraction must be between 0 and 1, got %v", renewFraction)
+	}
+
 	cfg, err := opts.RESTConfig()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "annex-agent:", err)
-		os.Exit(1)
+		return err
 	}
 	mgr, err := agent.NewManager(cfg, opts)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "annex-agent:", err)
-		os.Exit(1)
+		return err
 	}
-	log.Info("starting annex-agent", "version", version.Version, "namespace", opts.Namespace)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
-		log.Error(err, "manager stopped")
-		os.Exit(1)
+	id, err := readIdentity(mgr.GetAPIReader())
+	if err != nil {
+		return err
+	}
+	log.Info("starting annex-agent", "version", version.Version, "clusterID", id.ClusterID, "namespace", opts.Namespace)
+
+	remotes := remote.NewManager(mgr.GetClient(), mgr.GetScheme(), remoteOpts, clock.RealClock{}, log.WithName("remote"))
+	if err := mgr.Add(remotes); err != nil {
+		return err
+	}
+	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
+		&foreigncluster.Reconciler{Client: mgr.GetClient(), Remote: remotes},
+		&credentials.Reconciler{Client: mgr.GetClient(), Remotes: remotes, Clock: clock.RealClock{},
+			Recorder: mgr.GetEventRecorderFor("annex-credentials"), RenewFraction: renewFraction, Retry: 5 * time.Second},
+		replicator.New(mgr.GetClient(), remotes, id.ClusterID, corev1alpha1.GroupVersion.WithKind("ResourceSlice"), replicator.Options{}),
+		resourceslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-resourceslice"), id.ClusterID, sliceOpts),
+	}
+	for _, s := range setups {
+		if err := s.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("set up %T: %w", s, err)
+		}
+	}
+	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// readIdentity reads the cluster identity, waiting briefly for it: the agent
+// may start right after `annexctl install`.
+func readIdentity(c client.Reader) (identity.Identity, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		id, err := identity.Read(ctx, c)
+		if err == nil {
+			return id, nil
+		}
+		select {
+		case <-ctx.Done():
+			return id, fmt.Errorf("read this cluster's identity: %w", err)
+		case <-time.After(time.Second):
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -69,4 +70,47 @@ func objName(obj client.Object) string {
 		return obj.GetNamespace() + "/" + obj.GetName()
 	}
 	return obj.GetName()
+}
+
+// ApplyChanged server-side applies obj and reports whether the stored object
+// changed (its resourceVersion moved), so commands can say "nothing changed".
+func ApplyChanged(ctx context.Context, c client.Client, obj *unstructured.Unstructured) (bool, error) {
+	before := &unstructured.Unstructured{}
+	before.SetGroupVersionKind(obj.GroupVersionKind())
+	rv := ""
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), before); err == nil {
+		rv = before.GetResourceVersion()
+	}
+	applied := obj.DeepCopy()
+	if err := Apply(ctx, c, applied); err != nil {
+		return false, err
+	}
+	after := &unstructured.Unstructured{}
+	after.SetGroupVersionKind(obj.GroupVersionKind())
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), after); err != nil {
+		return false, err
+	}
+	return after.GetResourceVersion() != rv, nil
+}
+
+// ToUnstructured converts a typed object (TypeMeta set) for apply, dropping
+// the fields an apply configuration must not carry.
+func ToUnstructured(obj client.Object) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(u.Object, "status")
+	return u, nil
+}
+
+// ApplyTyped server-side applies a typed object and reports whether it changed.
+func ApplyTyped(ctx context.Context, c client.Client, obj client.Object) (bool, error) {
+	u, err := ToUnstructured(obj)
+	if err != nil {
+		return false, err
+	}
+	return ApplyChanged(ctx, c, u)
 }

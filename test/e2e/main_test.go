@@ -37,7 +37,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	env.dir = dir
-	defer os.RemoveAll(dir)
+	if os.Getenv("ANNEX_E2E_KEEP") == "" {
+		defer os.RemoveAll(dir)
+	} else {
+		defer fmt.Fprintf(os.Stderr, "e2e: kept %s (ANNEX_E2E_KEEP is set)\n", dir)
+	}
 	if _, err := os.Stat(filepath.Join(localcluster.DefaultBinDir(), "kube-apiserver")); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: Kubernetes binaries missing in %s: run `make tools` (or `make test`, which builds them)\n", localcluster.DefaultBinDir())
 		return 1

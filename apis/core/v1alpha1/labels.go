@@ -84,3 +84,23 @@ func TenantNamespaceName(clusterID string) string {
 func VirtualNodeName(clusterID string) string {
 	return VirtualNodeNamePrefix + clusterID
 }
+
+// Peering credentials: what `annexctl peer` writes and the consumer's agent renews.
+const (
+	// ConsumerServiceAccountName is the ServiceAccount, in a provider's tenant
+	// namespace for a consumer, that the consumer authenticates as; its Role
+	// and RoleBinding have the same name.
+	ConsumerServiceAccountName = "annex-consumer"
+	// CredentialsSecretName is the Secret, in a consumer's tenant namespace for
+	// a provider, holding the kubeconfig the consumer uses to reach it.
+	CredentialsSecretName = "annex-credentials"
+	// CredentialsKubeconfigKey is the key of that Secret holding the kubeconfig.
+	CredentialsKubeconfigKey = "kubeconfig"
+	// AnnotationTokenExpiry on the credentials Secret is when its token expires (RFC 3339).
+	AnnotationTokenExpiry = "annex.dev/token-expiry"
+	// AnnotationServiceAccount on the credentials Secret is <namespace>/<name>
+	// of the ServiceAccount on the provider whose token it holds.
+	AnnotationServiceAccount = "annex.dev/service-account"
+	// LabelTenant marks tenant namespaces.
+	LabelTenant = "annex.dev/tenant"
+)

@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -230,14 +229,8 @@ func waitEstablished(ctx context.Context, c client.Client, crds []*unstructured.
 
 // applyTyped server-side applies a typed object (TypeMeta must be set).
 func applyTyped(ctx context.Context, c client.Client, obj client.Object) error {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return err
-	}
-	u := &unstructured.Unstructured{Object: m}
-	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(u.Object, "status")
-	return cli.Apply(ctx, c, u)
+	_, err := cli.ApplyTyped(ctx, c, obj)
+	return err
 }
 
 // Deployment is the agent's in-cluster Deployment.

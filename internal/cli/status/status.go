@@ -1,0 +1,195 @@
+// Package status owns `annexctl status` (alias info): one row per peer of the
+// cluster — role, reachability and probe latency, resources granted and in
+// use, virtual node readiness and network link.
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/cli"
+	"github.com/annexhq/annex/internal/identity"
+)
+
+// Peer is one row of the status.
+type Peer struct {
+	ClusterID    string            `json:"clusterID"`
+	Role         string            `json:"role"`
+	Reachable    string            `json:"reachable"`
+	Reason       string            `json:"reason,omitempty"`
+	Message      string            `json:"message,omitempty"`
+	ProbeLatency string            `json:"probeLatency,omitempty"`
+	Unreachable  bool              `json:"markedUnreachable,omitempty"`
+	Granted      map[string]string `json:"granted,omitempty"`
+	InUse        map[string]string `json:"inUse,omitempty"`
+	VirtualNode  string            `json:"virtualNode,omitempty"`
+	NodeReady    string            `json:"nodeReady,omitempty"`
+	Network      string            `json:"network"`
+}
+
+// Report is the whole status.
+type Report struct {
+	ClusterID string `json:"clusterID"`
+	Peers     []Peer `json:"peers"`
+}
+
+// Collect reads the status of every peer of the cluster.
+func Collect(ctx context.Context, c *cli.Cluster) (*Report, error) {
+	id, err := identity.Read(ctx, c.Client)
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{ClusterID: id.ClusterID, Peers: []Peer{}}
+	fcs := &corev1alpha1.ForeignClusterList{}
+	if err := c.Client.List(ctx, fcs); err != nil {
+		return nil, c.Unreachable(err)
+	}
+	sort.Slice(fcs.Items, func(i, j int) bool { return fcs.Items[i].Name < fcs.Items[j].Name })
+	for _, fc := range fcs.Items {
+		p := Peer{ClusterID: fc.Spec.ClusterID, Role: string(fc.Status.Role), Reachable: "Unknown", Network: "none", Unreachable: fc.Spec.Unreachable}
+		if cond := meta.FindStatusCondition(fc.Status.Conditions, corev1alpha1.ConditionAPIServerReachable); cond != nil {
+			p.Reachable, p.Reason, p.Message = string(cond.Status), cond.Reason, cond.Message
+		}
+		if fc.Status.ProbeLatency != nil {
+			p.ProbeLatency = fc.Status.ProbeLatency.Duration.String()
+		}
+		if cond := meta.FindStatusCondition(fc.Status.Conditions, corev1alpha1.ConditionNetworkConnected); cond != nil {
+			p.Network = map[bool]string{true: "connected", false: "not connected"}[cond.Status == "True"]
+		}
+		vn := &corev1alpha1.VirtualNode{}
+		err := c.Client.Get(ctx, client.ObjectKey{Namespace: corev1alpha1.TenantNamespaceName(fc.Spec.ClusterID), Name: fc.Spec.ClusterID}, vn)
+		switch {
+		case err == nil:
+			p.Granted = quantities(vn.Spec.Resources)
+			p.VirtualNode = vn.NodeName()
+			p.NodeReady, p.InUse, err = nodeUsage(ctx, c.Client, vn.NodeName())
+			if err != nil {
+				return nil, err
+			}
+		case !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err):
+			return nil, err
+		}
+		r.Peers = append(r.Peers, p)
+	}
+	return r, nil
+}
+
+// nodeUsage returns the Node's Ready status and the requests of the pods on it.
+func nodeUsage(ctx context.Context, c client.Client, name string) (string, map[string]string, error) {
+	node := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "NoNode", nil, nil
+		}
+		return "", nil, err
+	}
+	ready := "Unknown"
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			ready = string(cond.Status)
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.MatchingFields{"spec.nodeName": name}); err != nil {
+		return ready, nil, err
+	}
+	used := corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(0, resource.DecimalSI)}
+	for _, pod := range pods.Items {
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		n := used[corev1.ResourcePods]
+		n.Add(resource.MustParse("1"))
+		used[corev1.ResourcePods] = n
+		for _, ctr := range pod.Spec.Containers {
+			for rn, q := range ctr.Resources.Requests {
+				sum := used[rn]
+				sum.Add(q)
+				used[rn] = sum
+			}
+		}
+	}
+	return ready, quantities(used), nil
+}
+
+func quantities(rl corev1.ResourceList) map[string]string {
+	out := map[string]string{}
+	for n, q := range rl {
+		out[string(n)] = q.String()
+	}
+	return out
+}
+
+// Print writes the report as a table, JSON or YAML.
+func Print(w io.Writer, r *Report, format string) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	case "yaml":
+		data, err := yaml.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(data)
+		return err
+	case "", "table":
+	default:
+		return fmt.Errorf("unknown output format %q (use table, json or yaml)", format)
+	}
+	fmt.Fprintf(w, "Cluster %s\n", r.ClusterID)
+	if len(r.Peers) == 0 {
+		fmt.Fprintln(w, "No peers. Peer with a provider: annexctl peer --kubeconfig C --remote-kubeconfig P")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PEER\tROLE\tREACHABLE\tLATENCY\tGRANTED\tIN USE\tVIRTUAL NODE\tNETWORK")
+	for _, p := range r.Peers {
+		reach := p.Reachable
+		if p.Unreachable {
+			reach = "MarkedUnreachable"
+		} else if p.Reachable != "True" && p.Reason != "" {
+			reach += " (" + p.Reason + ")"
+		}
+		node := "-"
+		if p.VirtualNode != "" {
+			node = p.VirtualNode + " Ready=" + p.NodeReady
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ClusterID, p.Role, reach, dash(p.ProbeLatency), short(p.Granted), short(p.InUse), node, p.Network)
+	}
+	return tw.Flush()
+}
+
+func short(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, k := range []string{"cpu", "memory", "pods"} {
+		if v, ok := m[k]; ok {
+			parts = append(parts, k+"="+v)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

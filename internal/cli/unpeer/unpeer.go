@@ -1,0 +1,155 @@
+// Package unpeer owns `annexctl unpeer`: it removes a peering in which
+// consumer C uses provider P — the VirtualNode and its Node, the
+// ResourceSlice (whose replica the consumer's agent deletes on P), the remote
+// namespaces and the tenant on P, the credentials on C and the ForeignClusters
+// — and waits until nothing of it is left on either side.
+package unpeer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/cli"
+	"github.com/annexhq/annex/internal/cli/peer"
+)
+
+// Options are the settings of one unpeer.
+type Options struct {
+	Timeout time.Duration
+}
+
+// Run removes the peering in which c consumes p.
+func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) error {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	cid, pid, err := peer.Identities(ctx, c, p)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(s.Out, "Unpeering %s (consumer) from %s (provider)\n", cid.ClusterID, pid.ClusterID)
+	tenantOnC := corev1alpha1.TenantNamespaceName(pid.ClusterID)
+	tenantOnP := corev1alpha1.TenantNamespaceName(cid.ClusterID)
+	wait := func(cl *cli.Cluster, obj client.Object, what string) error {
+		return cli.Poll(ctx, 250*time.Millisecond, o.Timeout, what+" to be deleted", func(ctx context.Context) (bool, error) {
+			err := cl.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return false, err
+		})
+	}
+	del := func(cl *cli.Cluster, obj client.Object, what string) error {
+		if err := cl.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete %s: %w", what, err)
+		}
+		if err := wait(cl, obj, what); err != nil {
+			return err
+		}
+		s.Step("deleted %s", what)
+		return nil
+	}
+
+	// 1. The virtual node first, so nothing new is scheduled there.
+	vn := &corev1alpha1.VirtualNode{}
+	vn.Name, vn.Namespace, vn.Spec.ClusterID = pid.ClusterID, tenantOnC, pid.ClusterID
+	if err := del(c, vn, fmt.Sprintf("consumer %s: VirtualNode %s/%s", cid.ClusterID, vn.Namespace, vn.Name)); err != nil {
+		return err
+	}
+	node := &corev1.Node{}
+	node.Name = vn.NodeName()
+	if err := del(c, node, fmt.Sprintf("consumer %s: Node %s", cid.ClusterID, node.Name)); err != nil {
+		return err
+	}
+
+	// 2. The ResourceSlice: the consumer's agent deletes its replica on P first.
+	rs := &corev1alpha1.ResourceSlice{}
+	rs.Name, rs.Namespace = peer.ResourceSliceName, tenantOnC
+	if err := del(c, rs, fmt.Sprintf("consumer %s: ResourceSlice %s/%s and its replica on %s", cid.ClusterID, rs.Namespace, rs.Name, pid.ClusterID)); err != nil {
+		return fmt.Errorf("%w (is the agent of %s running?)", err, cid.ClusterID)
+	}
+
+	// 3. Provider side: remote namespaces of this consumer, then its tenant.
+	nss := &corev1.NamespaceList{}
+	if err := p.Client.List(ctx, nss, client.MatchingLabels{corev1alpha1.LabelRemoteClusterID: cid.ClusterID, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}); err != nil {
+		return p.Unreachable(err)
+	}
+	pfc, both, err := foreignCluster(ctx, p, cid.ClusterID)
+	if err != nil {
+		return err
+	}
+	for i := range nss.Items {
+		ns := &nss.Items[i]
+		if ns.Name == tenantOnP && both {
+			continue // the other direction of the peering still uses it
+		}
+		if err := del(p, ns, fmt.Sprintf("provider %s: namespace %s", pid.ClusterID, ns.Name)); err != nil {
+			return err
+		}
+	}
+	if err := dropRole(ctx, s, p, pfc, both, corev1alpha1.RoleConsumer, corev1alpha1.RoleProvider, del, "provider "+pid.ClusterID); err != nil {
+		return err
+	}
+
+	// 4. Consumer side: credentials, tenant namespace, ForeignCluster.
+	cfc, both, err := foreignCluster(ctx, c, pid.ClusterID)
+	if err != nil {
+		return err
+	}
+	secret := &corev1.Secret{}
+	secret.Name, secret.Namespace = peer.CredentialsSecret, tenantOnC
+	if err := del(c, secret, fmt.Sprintf("consumer %s: credentials Secret %s/%s", cid.ClusterID, secret.Namespace, secret.Name)); err != nil {
+		return err
+	}
+	if !both {
+		ns := &corev1.Namespace{}
+		ns.Name = tenantOnC
+		if err := del(c, ns, fmt.Sprintf("consumer %s: namespace %s", cid.ClusterID, ns.Name)); err != nil {
+			return err
+		}
+	}
+	if err := dropRole(ctx, s, c, cfc, both, corev1alpha1.RoleProvider, corev1alpha1.RoleConsumer, del, "consumer "+cid.ClusterID); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.Out, "%s no longer consumes resources of %s; nothing of that peering is left on either cluster.\n", cid.ClusterID, pid.ClusterID)
+	return nil
+}
+
+// foreignCluster returns the ForeignCluster named id (nil if absent) and
+// whether the peering goes both ways.
+func foreignCluster(ctx context.Context, cl *cli.Cluster, id string) (*corev1alpha1.ForeignCluster, bool, error) {
+	fc := &corev1alpha1.ForeignCluster{}
+	err := cl.Client.Get(ctx, client.ObjectKey{Name: id}, fc)
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, cl.Unreachable(err)
+	}
+	return fc, fc.Status.Role == corev1alpha1.RoleBoth, nil
+}
+
+// dropRole deletes the ForeignCluster, or, when the peering goes both ways,
+// only downgrades its role to the one that remains.
+func dropRole(ctx context.Context, s cli.IOStreams, cl *cli.Cluster, fc *corev1alpha1.ForeignCluster, both bool, _, remaining corev1alpha1.PeeringRole,
+	del func(*cli.Cluster, client.Object, string) error, side string) error {
+	if fc == nil {
+		return nil
+	}
+	if !both {
+		return del(cl, fc, fmt.Sprintf("%s: ForeignCluster %s", side, fc.Name))
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"role": remaining}})
+	if err := cl.Client.Status().Patch(ctx, fc, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return err
+	}
+	s.Step("%s: ForeignCluster %s kept with role %s (the other direction remains)", side, fc.Name, remaining)
+	return nil
+}

@@ -1,0 +1,374 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/agent"
+	"github.com/annexhq/annex/internal/cli/sandbox"
+	"github.com/annexhq/annex/internal/localcluster"
+)
+
+// crClient is an admin controller-runtime client for c that knows Annex's types.
+func crClient(t *testing.T, c *localcluster.Cluster) client.Client {
+	t.Helper()
+	cfg, err := c.RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Timeout = 10 * time.Second
+	scheme, err := agent.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// installAndRunAgent installs Annex as clusterID and runs its agent with extra
+// flags until the test ends.
+func installAndRunAgent(t *testing.T, c *localcluster.Cluster, clusterID string, agentArgs ...string) {
+	t.Helper()
+	if out, err := annexctl(t, "install", "--kubeconfig", c.KubeconfigPath(), "--cluster-id", clusterID,
+		"--pod-cidr", c.PodCIDR(), "--service-cidr", c.ServiceCIDR(), "--local-agent"); err != nil {
+		t.Fatalf("install %s: %v\n%s", clusterID, err, out)
+	}
+	a, err := sandbox.StartAgent(context.Background(), c, sandbox.AgentOptions{
+		Binary: filepath.Join(env.bin, "annex-agent"), TokenTTL: time.Hour, Args: agentArgs})
+	if err != nil {
+		t.Fatalf("agent of %s: %v", clusterID, err)
+	}
+	t.Cleanup(func() { _ = a.Stop() })
+}
+
+func reachable(fc *corev1alpha1.ForeignCluster) *metav1.Condition {
+	return meta.FindStatusCondition(fc.Status.Conditions, corev1alpha1.ConditionAPIServerReachable)
+}
+
+// TestPeering: peer one (consumer) with two (provider), check both sides, the
+// consumer's least privilege, token renewal, failure detection, and that
+// unpeer leaves both clusters as they were.
+func TestPeering(t *testing.T) {
+	one, two := env.clusters[0], env.clusters[1]
+	ctx := context.Background()
+	peerArgs := []string{"peer", "--kubeconfig", one.KubeconfigPath(), "--remote-kubeconfig", two.KubeconfigPath(), "--token-ttl", "10m", "--cpu", "2", "--memory", "4Gi", "--pods", "20"}
+
+	// Before two has Annex: one clear error, nothing created on one.
+	installAndRunAgent(t, one, "one", "--credentials-renew-fraction=0.01")
+	out, err := annexctl(t, peerArgs...)
+	if err == nil || !strings.Contains(out, "provider") || !strings.Contains(out, "annexctl install") {
+		t.Fatalf("peer with a provider without Annex: want a clear error, got %v:\n%s", err, out)
+	}
+	installAndRunAgent(t, two, "two", "--max-resources-per-consumer=cpu=4,memory=8Gi,pods=50")
+
+	if out, err := annexctl(t, "peer", "--kubeconfig", one.KubeconfigPath(), "--remote-kubeconfig", one.KubeconfigPath()); err == nil || !strings.Contains(out, "cannot peer with itself") {
+		t.Fatalf("self-peering: want a clear error, got %v:\n%s", err, out)
+	}
+	denied := append(append([]string{}, peerArgs...), "--cpu", "64")
+	if out, err := annexctl(t, denied...); err == nil || !strings.Contains(out, "denied") || !strings.Contains(out, "cpu") {
+		t.Fatalf("over-limit peering: want a denial naming cpu, got %v:\n%s", err, out)
+	}
+	if out, err := annexctl(t, peerArgs...); err != nil {
+		t.Fatalf("peer: %v\n%s", err, out)
+	}
+	if out, err := annexctl(t, peerArgs...); err != nil || !strings.Contains(out, "nothing changed") {
+		t.Fatalf("second peer should change nothing: %v\n%s", err, out)
+	}
+
+	c1, c2 := crClient(t, one), crClient(t, two)
+	// Consumer side.
+	fc := &corev1alpha1.ForeignCluster{}
+	if err := c1.Get(ctx, client.ObjectKey{Name: "two"}, fc); err != nil {
+		t.Fatal(err)
+	}
+	if fc.Status.Role != corev1alpha1.RoleProvider {
+		t.Errorf("one's ForeignCluster two has role %q, want Provider", fc.Status.Role)
+	}
+	eventually(t, 15*time.Second, "one sees two reachable", func() error {
+		if err := c1.Get(ctx, client.ObjectKey{Name: "two"}, fc); err != nil {
+			return err
+		}
+		if c := reachable(fc); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("condition %+v", c)
+		}
+		return nil
+	})
+	vn := &corev1alpha1.VirtualNode{}
+	if err := c1.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-two", Name: "two"}, vn); err != nil {
+		t.Fatalf("VirtualNode: %v", err)
+	}
+	if got := vn.Spec.Resources.Cpu().String(); got != "2" {
+		t.Errorf("VirtualNode cpu = %s, want 2", got)
+	}
+	// Provider side.
+	pfc := &corev1alpha1.ForeignCluster{}
+	if err := c2.Get(ctx, client.ObjectKey{Name: "one"}, pfc); err != nil || pfc.Status.Role != corev1alpha1.RoleConsumer {
+		t.Errorf("two's ForeignCluster one: %v, role %q", err, pfc.Status.Role)
+	}
+	rs := &corev1alpha1.ResourceSlice{}
+	if err := c2.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-one", Name: "peering"}, rs); err != nil || rs.Status.Phase != corev1alpha1.ResourceSliceAccepted {
+		t.Errorf("replicated ResourceSlice on two: %v, phase %q", err, rs.Status.Phase)
+	}
+
+	t.Run("consumer token is least privilege", func(t *testing.T) { checkConsumerRBAC(t, one, two) })
+	t.Run("token renewed before expiry", func(t *testing.T) { checkRenewal(t, c1) })
+	t.Run("dead and hung provider detected", func(t *testing.T) { checkDetection(t, c1, two) })
+
+	if out, err := annexctl(t, "unpeer", "--kubeconfig", one.KubeconfigPath(), "--remote-kubeconfig", two.KubeconfigPath()); err != nil {
+		t.Fatalf("unpeer: %v\n%s", err, out)
+	}
+	for name, c := range map[string]client.Client{"one": c1, "two": c2} {
+		if left := peeringLeftovers(ctx, t, c); len(left) > 0 {
+			t.Errorf("after unpeer, %s still has: %s", name, strings.Join(left, ", "))
+		}
+	}
+
+	t.Run("unreachable provider fails cleanly", func(t *testing.T) {
+		if err := two.PauseAPIServer(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := two.ResumeAPIServer(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		start := time.Now()
+		out, err := annexctl(t, peerArgs...)
+		if err == nil || !strings.Contains(out, "cannot reach") {
+			t.Fatalf("peer with a hung provider: want a clear error, got %v:\n%s", err, out)
+		}
+		t.Logf("peer with a hung provider failed after %s", time.Since(start).Round(time.Millisecond))
+		if left := peeringLeftovers(ctx, t, c1); len(left) > 0 {
+			t.Errorf("failed peer left on one: %s", strings.Join(left, ", "))
+		}
+	})
+}
+
+// checkConsumerRBAC uses the consumer's own credentials against the provider.
+func checkConsumerRBAC(t *testing.T, one, two *localcluster.Cluster) {
+	ctx := context.Background()
+	secret, err := clientset(t, one).CoreV1().Secrets("annex-tenant-two").Get(ctx, corev1alpha1.CredentialsSecretName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[corev1alpha1.CredentialsKubeconfigKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Insecure || len(cfg.CAData) == 0 {
+		t.Error("consumer kubeconfig does not verify the provider's certificate")
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	admin := clientset(t, two)
+	other := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "annex-tenant-someone-else"}}
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, other, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.CoreV1().Namespaces().Delete(context.Background(), other.Name, metav1.DeleteOptions{})
+	})
+	cm := func(ns string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe-" + fmt.Sprint(time.Now().UnixNano()), Namespace: ns}}
+	}
+	allowed := map[string]func() error{
+		"create a ConfigMap in its tenant": func() error {
+			_, err := cs.CoreV1().ConfigMaps("annex-tenant-one").Create(ctx, cm("annex-tenant-one"), metav1.CreateOptions{})
+			return err
+		},
+		"list Secrets in its tenant": func() error {
+			_, err := cs.CoreV1().Secrets("annex-tenant-one").List(ctx, metav1.ListOptions{})
+			return err
+		},
+	}
+	deniedOps := map[string]func() error{
+		"list Secrets in kube-system": func() error {
+			_, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"create a ConfigMap in kube-system": func() error {
+			_, err := cs.CoreV1().ConfigMaps("kube-system").Create(ctx, cm("kube-system"), metav1.CreateOptions{})
+			return err
+		},
+		"read another tenant's ConfigMaps": func() error {
+			_, err := cs.CoreV1().ConfigMaps(other.Name).List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"write into another tenant": func() error {
+			_, err := cs.CoreV1().ConfigMaps(other.Name).Create(ctx, cm(other.Name), metav1.CreateOptions{})
+			return err
+		},
+		"list namespaces": func() error {
+			_, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"list nodes": func() error {
+			_, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"create a ClusterRole": func() error {
+			_, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+			return err
+		},
+		"grant itself more in its tenant": func() error {
+			_, err := cs.RbacV1().Roles("annex-tenant-one").Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+				Rules: []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}}}, metav1.CreateOptions{})
+			return err
+		},
+		"create pods directly": func() error {
+			_, err := cs.CoreV1().Pods("annex-tenant-one").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "x", Image: "x"}}}}, metav1.CreateOptions{})
+			return err
+		},
+	}
+	for name, op := range allowed {
+		if err := op(); err != nil {
+			t.Errorf("consumer may %s: got %v", name, err)
+		}
+	}
+	for name, op := range deniedOps {
+		if err := op(); !apierrors.IsForbidden(err) {
+			t.Errorf("consumer may not %s: got %v, want Forbidden", name, err)
+		}
+	}
+}
+
+// checkRenewal: the agent (run with a tiny renew fraction) replaces the token
+// and the peering stays reachable throughout.
+func checkRenewal(t *testing.T, c1 client.Client) {
+	ctx := context.Background()
+	key := client.ObjectKey{Namespace: "annex-tenant-two", Name: corev1alpha1.CredentialsSecretName}
+	s := &corev1.Secret{}
+	if err := c1.Get(ctx, key, s); err != nil {
+		t.Fatal(err)
+	}
+	first := string(s.Data[corev1alpha1.CredentialsKubeconfigKey])
+	fc := &corev1alpha1.ForeignCluster{}
+	if err := c1.Get(ctx, client.ObjectKey{Name: "two"}, fc); err != nil {
+		t.Fatal(err)
+	}
+	since := reachable(fc).LastTransitionTime
+	renewals := 0
+	eventually(t, 60*time.Second, "two renewals of the consumer token", func() error {
+		if err := c1.Get(ctx, key, s); err != nil {
+			return err
+		}
+		if cur := string(s.Data[corev1alpha1.CredentialsKubeconfigKey]); cur != first {
+			first = cur
+			renewals++
+		}
+		if renewals < 2 {
+			return fmt.Errorf("%d renewals", renewals)
+		}
+		return nil
+	})
+	if err := c1.Get(ctx, client.ObjectKey{Name: "two"}, fc); err != nil {
+		t.Fatal(err)
+	}
+	if c := reachable(fc); c.Status != metav1.ConditionTrue || !c.LastTransitionTime.Equal(&since) {
+		t.Errorf("peering flipped during renewal: %+v", c)
+	}
+}
+
+// checkDetection kills, then pauses, the provider's API server and waits for
+// the consumer to report it unreachable and, after resume, reachable again.
+func checkDetection(t *testing.T, c1 client.Client, two *localcluster.Cluster) {
+	ctx := context.Background()
+	wait := func(want metav1.ConditionStatus) time.Duration {
+		start := time.Now()
+		eventually(t, 30*time.Second, "APIServerReachable="+string(want), func() error {
+			fc := &corev1alpha1.ForeignCluster{}
+			if err := c1.Get(ctx, client.ObjectKey{Name: "two"}, fc); err != nil {
+				return err
+			}
+			if c := reachable(fc); c == nil || c.Status != want {
+				return fmt.Errorf("condition %+v", c)
+			} else if want == metav1.ConditionFalse && c.Message == "" {
+				return errors.New("no message")
+			}
+			return nil
+		})
+		return time.Since(start)
+	}
+	for _, fault := range []struct {
+		name string
+		do   func() error
+	}{{"killed", two.KillAPIServer}, {"paused", two.PauseAPIServer}} {
+		if err := fault.do(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s provider reported unreachable after %s", fault.name, wait(metav1.ConditionFalse).Round(time.Millisecond))
+		if err := two.ResumeAPIServer(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s provider reported reachable again %s after resume", fault.name, wait(metav1.ConditionTrue).Round(time.Millisecond))
+	}
+}
+
+// peeringLeftovers lists what of a peering remains in a cluster.
+func peeringLeftovers(ctx context.Context, t *testing.T, c client.Client) []string {
+	t.Helper()
+	var left []string
+	lists := map[string]client.ObjectList{
+		"ForeignCluster": &corev1alpha1.ForeignClusterList{},
+		"ResourceSlice":  &corev1alpha1.ResourceSliceList{},
+		"VirtualNode":    &corev1alpha1.VirtualNodeList{},
+	}
+	for kind, l := range lists {
+		if err := c.List(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		items, _ := meta.ExtractList(l)
+		for _, it := range items {
+			o := it.(client.Object)
+			left = append(left, kind+" "+o.GetNamespace()+"/"+o.GetName())
+		}
+	}
+	managed := client.MatchingLabels{corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}
+	nss := &corev1.NamespaceList{}
+	if err := c.List(ctx, nss); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range nss.Items {
+		if strings.HasPrefix(ns.Name, corev1alpha1.TenantNamespacePrefix) && ns.Name != "annex-tenant-someone-else" {
+			left = append(left, "Namespace "+ns.Name+" ("+string(ns.Status.Phase)+")")
+		}
+	}
+	for kind, l := range map[string]client.ObjectList{"Secret": &corev1.SecretList{}, "Role": &rbacv1.RoleList{}, "RoleBinding": &rbacv1.RoleBindingList{}, "ServiceAccount": &corev1.ServiceAccountList{}} {
+		if err := c.List(ctx, l, managed); err != nil {
+			t.Fatal(err)
+		}
+		items, _ := meta.ExtractList(l)
+		for _, it := range items {
+			o := it.(client.Object)
+			left = append(left, kind+" "+o.GetNamespace()+"/"+o.GetName())
+		}
+	}
+	nodes := &corev1.NodeList{}
+	if err := c.List(ctx, nodes); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if strings.HasPrefix(n.Name, corev1alpha1.VirtualNodeNamePrefix) {
+			left = append(left, "Node "+n.Name)
+		}
+	}
+	return left
+}
