@@ -4,15 +4,15 @@
 package hack
 
 import (
+	_ "github.com/go-logr/logr"
 	_ "github.com/google/go-cmp/cmp"
 	_ "github.com/prometheus/client_golang/prometheus"
 	_ "github.com/spf13/cobra"
 	_ "github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
 	_ "k8s.io/api/core/v1"
+	_ "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	_ "k8s.io/apimachinery/pkg/apis/meta/v1"
 	_ "k8s.io/client-go/kubernetes"
-	_ "sigs.k8s.io/controller-runtime"
-	_ "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	_ "k8s.io/klog/v2"
-	_ "github.com/go-logr/logr"
+	_ "sigs.k8s.io/controller-runtime"
 )

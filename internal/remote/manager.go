@@ -56,21 +56,20 @@ type Manager struct {
 	clock  clock.WithTicker
 	log    logr.Logger
 
+	mu  sync.Mutex
+	ctx context.Context // Start's context; nil before Start
 	// statusQueue holds the cluster IDs whose ForeignCluster status must be
-	// written. Writes happen outside the probers so that a slow local API
-	// server never delays a probe.
+	// written; nil before Start. Writes happen outside the probers so that
+	// a slow local API server never delays a probe.
 	statusQueue workqueue.TypedRateLimitingInterface[string]
-
-	mu      sync.Mutex
-	ctx     context.Context // Start's context; nil before Start
-	stopped bool            // Start has returned or is returning
-	wg      sync.WaitGroup  // every goroutine started by the Manager
-	peers   map[string]*peer
-	subs    []*subscriber
+	stopped     bool           // Start has returned or is returning
+	wg          sync.WaitGroup // every goroutine started by the Manager
+	peers       map[string]*peer
+	subs        []*subscriber
 }
 
 // peer is everything the Manager knows about one remote cluster. All fields
-// are guarded by Manager.mu.
+// but writeMu are guarded by Manager.mu.
 type peer struct {
 	id string
 
@@ -109,7 +108,8 @@ type prober struct {
 
 // NewManager returns a Manager that writes ForeignCluster status through
 // local, builds peer clients with scheme, probes with the options o (zero
-// fields take their default) and takes time from clk.
+// fields take their default) and takes time from clk (probe ticks,
+// timestamps, and the delays between retries of a failed status write).
 func NewManager(local client.Client, scheme *runtime.Scheme, o Options, clk clock.WithTicker, log logr.Logger) *Manager {
 	o = o.withDefaults()
 	return &Manager{
@@ -118,11 +118,7 @@ func NewManager(local client.Client, scheme *runtime.Scheme, o Options, clk cloc
 		opts:   o,
 		clock:  clk,
 		log:    log,
-		statusQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "remote-status", Clock: clk},
-		),
-		peers: map[string]*peer{},
+		peers:  map[string]*peer{},
 	}
 }
 
@@ -148,7 +144,15 @@ func (m *Manager) Start(ctx context.Context) error {
 		return errors.New("remote: Manager already started")
 	}
 	m.ctx = ctx
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "remote-status", Clock: m.clock},
+	)
+	m.statusQueue = queue
 	for _, p := range m.peers {
+		if m.statusStaleLocked(p) {
+			m.enqueueStatusLocked(p) // marked before Start
+		}
 		m.startProberLocked(p)
 	}
 	for _, s := range m.subs {
@@ -156,7 +160,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	for range statusWorkers {
 		m.wg.Go(func() {
-			for m.processStatus(ctx) {
+			for m.processStatus(ctx, queue) {
 			}
 		})
 	}
@@ -166,7 +170,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		"detectionBound", m.opts.DetectionBound())
 
 	<-ctx.Done()
-	m.statusQueue.ShutDown()
+	queue.ShutDown()
 	m.mu.Lock()
 	m.stopped = true
 	for _, p := range m.peers {
@@ -244,8 +248,10 @@ func (m *Manager) Remove(clusterID string) {
 		p.probeHTTP.CloseIdleConnections()
 	}
 	delete(m.peers, clusterID)
+	if m.statusQueue != nil {
+		m.statusQueue.Forget(clusterID)
+	}
 	m.mu.Unlock()
-	m.statusQueue.Forget(clusterID)
 	m.log.Info("Peer removed", "clusterID", clusterID)
 	if wasReachable {
 		m.notify(clusterID)

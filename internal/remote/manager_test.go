@@ -603,3 +603,19 @@ func TestStartTwice(t *testing.T) {
 		t.Error("NeedLeaderElection() = false")
 	}
 }
+
+func TestMarkedBeforeStart(t *testing.T) {
+	e := newEnv(t, testOptions(), foreignCluster("beta"))
+	e.m.SetPermanentlyUnreachable("beta", true)
+	events := e.m.Subscribe()
+	e.start(t)
+	e.waitCond(t, "beta", corev1alpha1.ConditionAPIServerReachable, metav1.ConditionFalse, corev1alpha1.ReasonMarkedUnreachable)
+	select {
+	case ev := <-events:
+		if ev.Object.Name != "beta" {
+			t.Errorf("event for %q, want beta", ev.Object.Name)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the event queued before Start was not delivered")
+	}
+}

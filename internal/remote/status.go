@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
@@ -52,8 +53,10 @@ func sameCondition(a, b metav1.Condition) bool {
 	return a.Type == b.Type && a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message
 }
 
+// enqueueStatusLocked queues a status write for p. Before Start it does
+// nothing: Start queues every peer whose status is stale.
 func (m *Manager) enqueueStatusLocked(p *peer) {
-	if !p.queued {
+	if m.statusQueue != nil && !p.queued {
 		p.queued = true
 		m.statusQueue.Add(p.id)
 	}
@@ -61,20 +64,20 @@ func (m *Manager) enqueueStatusLocked(p *peer) {
 
 // processStatus writes the status of one queued peer; false once the queue
 // is shut down.
-func (m *Manager) processStatus(ctx context.Context) bool {
-	id, shutdown := m.statusQueue.Get()
+func (m *Manager) processStatus(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string]) bool {
+	id, shutdown := queue.Get()
 	if shutdown {
 		return false
 	}
-	defer m.statusQueue.Done(id)
+	defer queue.Done(id)
 	if err := m.writeStatus(ctx, id); err != nil {
 		if ctx.Err() == nil {
 			m.log.Error(err, "Cannot write ForeignCluster status; will retry", "clusterID", id)
-			m.statusQueue.AddRateLimited(id)
+			queue.AddRateLimited(id)
 		}
 		return true
 	}
-	m.statusQueue.Forget(id)
+	queue.Forget(id)
 	return true
 }
 

@@ -96,4 +96,3 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 	fmt.Fprintf(s.Out, "Annex is uninstalled from %s.\n", c.Host)
 	return nil
 }
-
