@@ -86,8 +86,8 @@ type NamespaceOffloadingSpec struct {
 	NamespaceMappingStrategy NamespaceMappingStrategy `json:"namespaceMappingStrategy,omitempty"`
 }
 
-// RemoteNamespaceStatus is the state of the namespace on one provider.
-type RemoteNamespaceStatus struct {
+// ProviderNamespaceStatus is the state of the namespace on one provider.
+type ProviderNamespaceStatus struct {
 	// clusterID is the ID of the provider.
 	// +required
 	// +kubebuilder:validation:MinLength=1
@@ -116,7 +116,7 @@ type NamespaceOffloadingStatus struct {
 	// +listType=map
 	// +listMapKey=clusterID
 	// +kubebuilder:validation:MaxItems=256
-	RemoteNamespaces []RemoteNamespaceStatus `json:"remoteNamespaces,omitempty"`
+	RemoteNamespaces []ProviderNamespaceStatus `json:"remoteNamespaces,omitempty"`
 
 	// conditions holds Ready: True when every selected remote namespace is
 	// Ready.
