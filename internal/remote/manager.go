@@ -292,10 +292,13 @@ func (m *Manager) SetPermanentlyUnreachable(clusterID string, v bool) {
 		m.enqueueStatusLocked(p)
 	} else {
 		p.reach = metav1.Condition{}
+		if p.cfg == nil {
+			delete(m.peers, clusterID) // it was only a mark
+		}
 		m.startProberLocked(p)
 	}
 	m.mu.Unlock()
-	m.log.Info("Peer permanently unreachable", "clusterID", clusterID, "value", v)
+	m.log.Info("Peer marked permanently unreachable", "clusterID", clusterID, "marked", v)
 	if v || wasReachable {
 		// Marking also tells subscribers waiting for a first verdict to
 		// stop waiting.

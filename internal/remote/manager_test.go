@@ -606,8 +606,8 @@ func TestStartTwice(t *testing.T) {
 
 func TestMarkedBeforeStart(t *testing.T) {
 	e := newEnv(t, testOptions(), foreignCluster("beta"))
+	events := e.m.Subscribe() // as controllers do in SetupWithManager
 	e.m.SetPermanentlyUnreachable("beta", true)
-	events := e.m.Subscribe()
 	e.start(t)
 	e.waitCond(t, "beta", corev1alpha1.ConditionAPIServerReachable, metav1.ConditionFalse, corev1alpha1.ReasonMarkedUnreachable)
 	select {
