@@ -2,8 +2,10 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 GO ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.1.0-dev)
-LDFLAGS := -X github.com/annexhq/annex/internal/version.Version=$(VERSION)
+# A release sets VERSION; development builds keep internal/version's default so
+# that rebuilding does not make `annexctl install` see a different version.
+VERSION ?=
+LDFLAGS := $(if $(VERSION),-X github.com/annexhq/annex/internal/version.Version=$(VERSION))
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 E2E_TIMEOUT ?= 25m
 BENCH_SCALE ?= small

@@ -1,11 +1,12 @@
 // Package config owns the manifests `annexctl install` applies: the generated
 // CRDs (config/crd) and the agent's RBAC (config/rbac: role.yaml is generated
-// from the agent's kubebuilder markers, the rest is written by hand).
+// from the agent's kubebuilder markers, the rest is written by hand) and the
+// admission policy that lets offloaded pods onto virtual nodes (config/admission).
 package config
 
 import "embed"
 
-// FS holds crd/*.yaml and rbac/*.yaml.
+// FS holds crd/*.yaml, rbac/*.yaml and admission/*.yaml.
 //
-//go:embed crd/*.yaml rbac/*.yaml
+//go:embed crd/*.yaml rbac/*.yaml admission/*.yaml
 var FS embed.FS

@@ -137,6 +137,17 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 	}
 	s.Step("agent ServiceAccount and RBAC (%d objects)", len(rbac))
 
+	admission, err := cli.DecodeManifests(config.FS, "admission/*.yaml")
+	if err != nil {
+		return err
+	}
+	for _, obj := range admission {
+		if err := cli.Apply(ctx, c.Client, obj); err != nil {
+			return err
+		}
+	}
+	s.Step("admission policy for offloaded namespaces (%d objects)", len(admission))
+
 	cm := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Name: corev1alpha1.ClusterIdentityConfigMapName, Namespace: corev1alpha1.AgentNamespace},

@@ -50,7 +50,11 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 	if err != nil {
 		return err
 	}
-	for _, obj := range rbac {
+	admission, err := cli.DecodeManifests(config.FS, "admission/*.yaml")
+	if err != nil {
+		return err
+	}
+	for _, obj := range append(admission, rbac...) {
 		if obj.GetNamespace() != "" {
 			continue // removed with the namespace
 		}
@@ -58,7 +62,7 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 			return err
 		}
 	}
-	s.Step("removed the agent's cluster-wide RBAC")
+	s.Step("removed the admission policy and the agent's cluster-wide RBAC")
 	ns := &corev1.Namespace{}
 	ns.Name = corev1alpha1.AgentNamespace
 	if err := deleteObj(ns); err != nil {
