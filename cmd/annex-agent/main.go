@@ -17,9 +17,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/agent"
 	"github.com/annexhq/annex/internal/controller/credentials"
 	"github.com/annexhq/annex/internal/controller/foreigncluster"
+	"github.com/annexhq/annex/internal/controller/namespaceoffloading"
 	"github.com/annexhq/annex/internal/controller/replicator"
 	"github.com/annexhq/annex/internal/controller/resourceslice"
 	"github.com/annexhq/annex/internal/identity"
@@ -94,6 +96,8 @@ func run() error {
 		&credentials.Reconciler{Client: mgr.GetClient(), Remotes: remotes, Clock: clock.RealClock{},
 			Recorder: mgr.GetEventRecorderFor("annex-credentials"), RenewFraction: renewFraction, Retry: 5 * time.Second},
 		replicator.New(mgr.GetClient(), remotes, id.ClusterID, corev1alpha1.GroupVersion.WithKind("ResourceSlice"), replicator.Options{}),
+		replicator.New(mgr.GetClient(), remotes, id.ClusterID, offloadingv1alpha1.GroupVersion.WithKind("RemoteNamespace"), replicator.Options{}),
+		&namespaceoffloading.Reconciler{Client: mgr.GetClient(), LocalClusterID: id.ClusterID},
 		resourceslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-resourceslice"), id.ClusterID, sliceOpts),
 	}
 	for _, s := range setups {

@@ -104,3 +104,18 @@ const (
 	// LabelTenant marks tenant namespaces.
 	LabelTenant = "annex.dev/tenant"
 )
+
+// Namespace offloading: what the namespaceoffloading controller writes on an
+// offloaded namespace, read by the admission policy and the reflectors.
+const (
+	// LabelOffloading is "true" on namespaces with a NamespaceOffloading.
+	LabelOffloading = "annex.dev/offloading"
+	// LabelOffloadingStrategy is the namespace's pod offloading strategy.
+	LabelOffloadingStrategy = "annex.dev/offloading-strategy"
+	// AnnotationOffloadingClusters lists, comma-separated, the providers whose
+	// remote namespace is ready.
+	AnnotationOffloadingClusters = "annex.dev/offloading-clusters"
+	// LabelSourceNamespace on a RemoteNamespace (and annotation on the remote
+	// namespace) names the consumer namespace it offloads.
+	LabelSourceNamespace = "annex.dev/source-namespace"
+)
