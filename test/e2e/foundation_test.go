@@ -81,7 +81,7 @@ func TestPodRunsOnKwokNode(t *testing.T) {
 func TestInstallAndAgent(t *testing.T) {
 	c := env.clusters[0]
 	kc := c.KubeconfigPath()
-	args := []string{"install", "--kubeconfig", kc, "--cluster-id", "one", "--pod-cidr", c.PodCIDR(), "--service-cidr", c.ServiceCIDR(), "--local-agent"}
+	args := []string{"install", "--kubeconfig", kc, "--cluster-id", "alpha", "--pod-cidr", c.PodCIDR(), "--service-cidr", c.ServiceCIDR(), "--local-agent"}
 	if out, err := annexctl(t, args...); err != nil {
 		t.Fatalf("install: %v\n%s", err, out)
 	}
@@ -94,8 +94,8 @@ func TestInstallAndAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cm.Data[corev1alpha1.ClusterIdentityKeyClusterID]; got != "one" {
-		t.Errorf("identity clusterID = %q, want one", got)
+	if got := cm.Data[corev1alpha1.ClusterIdentityKeyClusterID]; got != "alpha" {
+		t.Errorf("identity clusterID = %q, want alpha", got)
 	}
 
 	for _, bad := range []struct {
@@ -103,7 +103,7 @@ func TestInstallAndAgent(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"different cluster ID", []string{"install", "--kubeconfig", kc, "--cluster-id", "other", "--local-agent"}, "already installed as \"one\""},
+		{"different cluster ID", []string{"install", "--kubeconfig", kc, "--cluster-id", "other", "--local-agent"}, "already installed as \"alpha\""},
 		{"bad CIDR", []string{"install", "--kubeconfig", kc, "--pod-cidr", "10.0.0.0/33", "--local-agent"}, "--pod-cidr"},
 		{"overlapping CIDRs", []string{"install", "--kubeconfig", kc, "--pod-cidr", "10.96.0.0/16", "--service-cidr", "10.96.0.0/12", "--local-agent"}, "overlaps"},
 		{"missing kubeconfig", []string{"install", "--kubeconfig", filepath.Join(env.dir, "nope"), "--local-agent"}, "kubeconfig"},

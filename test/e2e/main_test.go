@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/annexhq/annex/internal/cli/sandbox"
 	"github.com/annexhq/annex/internal/localcluster"
 )
 
@@ -23,8 +24,9 @@ import (
 var env struct {
 	dir      string // root of everything this package writes
 	bin      string // annexctl and annex-agent built from this tree
-	clusters []*localcluster.Cluster
+	clusters []*localcluster.Cluster // alpha, beta, gamma
 }
+
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -56,9 +58,11 @@ func run(m *testing.M) int {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	specs := []localcluster.Options{
-		{Name: "one", PodCIDR: "10.10.0.0/16", ServiceCIDR: "10.96.0.0/16", Nodes: 1},
-		{Name: "two", PodCIDR: "10.20.0.0/16", ServiceCIDR: "10.96.0.0/16", Nodes: 1},
+	// The sandbox's topology: alpha (consumer), beta and gamma (providers);
+	// alpha's and gamma's pod CIDRs overlap.
+	var specs []localcluster.Options
+	for _, c := range sandbox.Clusters {
+		specs = append(specs, localcluster.Options{Name: c.Name, PodCIDR: c.PodCIDR, ServiceCIDR: c.ServiceCIDR, Nodes: 1})
 	}
 	env.clusters = make([]*localcluster.Cluster, len(specs))
 	errs := make([]error, len(specs))

@@ -47,8 +47,14 @@ func crClient(t *testing.T, c *localcluster.Cluster) client.Client {
 // flags until the test ends.
 func installAndRunAgent(t *testing.T, c *localcluster.Cluster, clusterID string, agentArgs ...string) {
 	t.Helper()
+	ext := ""
+	for _, spec := range sandbox.Clusters {
+		if spec.Name == c.Name() {
+			ext = spec.ExternalCIDR
+		}
+	}
 	if out, err := annexctl(t, "install", "--kubeconfig", c.KubeconfigPath(), "--cluster-id", clusterID,
-		"--pod-cidr", c.PodCIDR(), "--service-cidr", c.ServiceCIDR(), "--local-agent"); err != nil {
+		"--pod-cidr", c.PodCIDR(), "--service-cidr", c.ServiceCIDR(), "--external-cidr", ext, "--local-agent"); err != nil {
 		t.Fatalf("install %s: %v\n%s", clusterID, err, out)
 	}
 	a, err := sandbox.StartAgent(context.Background(), c, sandbox.AgentOptions{
@@ -67,17 +73,17 @@ func reachable(fc *corev1alpha1.ForeignCluster) *metav1.Condition {
 // consumer's least privilege, token renewal, failure detection, and that
 // unpeer leaves both clusters as they were.
 func TestPeering(t *testing.T) {
-	one, two := env.clusters[0], env.clusters[1]
+	one, two := env.clusters[0], env.clusters[1] // alpha consumes beta
 	ctx := context.Background()
 	peerArgs := []string{"peer", "--kubeconfig", one.KubeconfigPath(), "--remote-kubeconfig", two.KubeconfigPath(), "--token-ttl", "10m", "--cpu", "2", "--memory", "4Gi", "--pods", "20"}
 
 	// Before two has Annex: one clear error, nothing created on one.
-	installAndRunAgent(t, one, "one", "--credentials-renew-fraction=0.01")
+	installAndRunAgent(t, one, "alpha", "--credentials-renew-fraction=0.01")
 	out, err := annexctl(t, peerArgs...)
 	if err == nil || !strings.Contains(out, "provider") || !strings.Contains(out, "annexctl install") {
 		t.Fatalf("peer with a provider without Annex: want a clear error, got %v:\n%s", err, out)
 	}
-	installAndRunAgent(t, two, "two", "--max-resources-per-consumer=cpu=4,memory=8Gi,pods=50")
+	installAndRunAgent(t, two, "beta", "--max-resources-per-consumer=cpu=4,memory=8Gi,pods=50")
 
 	if out, err := annexctl(t, "peer", "--kubeconfig", one.KubeconfigPath(), "--remote-kubeconfig", one.KubeconfigPath()); err == nil || !strings.Contains(out, "cannot peer with itself") {
 		t.Fatalf("self-peering: want a clear error, got %v:\n%s", err, out)
@@ -96,14 +102,14 @@ func TestPeering(t *testing.T) {
 	c1, c2 := crClient(t, one), crClient(t, two)
 	// Consumer side.
 	fc := &corev1alpha1.ForeignCluster{}
-	if err := c1.Get(ctx, client.ObjectKey{Name: "two"}, fc); err != nil {
+	if err := c1.Get(ctx, client.ObjectKey{Name: "beta"}, fc); err != nil {
 		t.Fatal(err)
 	}
 	if fc.Status.Role != corev1alpha1.RoleProvider {
-		t.Errorf("one's ForeignCluster two has role %q, want Provider", fc.Status.Role)
+		t.Errorf("alpha's ForeignCluster beta has role %q, want Provider", fc.Status.Role)
 	}
-	eventually(t, 15*time.Second, "one sees two reachable", func() error {
-		if err := c1.Get(ctx, client.ObjectKey{Name: "two"}, fc); err != nil {
+	eventually(t, 15*time.Second, "alpha sees beta reachable", func() error {
+		if err := c1.Get(ctx, client.ObjectKey{Name: "beta"}, fc); err != nil {
 			return err
 		}
 		if c := reachable(fc); c == nil || c.Status != metav1.ConditionTrue {
@@ -112,7 +118,7 @@ func TestPeering(t *testing.T) {
 		return nil
 	})
 	vn := &corev1alpha1.VirtualNode{}
-	if err := c1.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-two", Name: "two"}, vn); err != nil {
+	if err := c1.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-beta", Name: "beta"}, vn); err != nil {
 		t.Fatalf("VirtualNode: %v", err)
 	}
 	if got := vn.Spec.Resources.Cpu().String(); got != "2" {
@@ -120,12 +126,12 @@ func TestPeering(t *testing.T) {
 	}
 	// Provider side.
 	pfc := &corev1alpha1.ForeignCluster{}
-	if err := c2.Get(ctx, client.ObjectKey{Name: "one"}, pfc); err != nil || pfc.Status.Role != corev1alpha1.RoleConsumer {
-		t.Errorf("two's ForeignCluster one: %v, role %q", err, pfc.Status.Role)
+	if err := c2.Get(ctx, client.ObjectKey{Name: "alpha"}, pfc); err != nil || pfc.Status.Role != corev1alpha1.RoleConsumer {
+		t.Errorf("beta's ForeignCluster alpha: %v, role %q", err, pfc.Status.Role)
 	}
 	rs := &corev1alpha1.ResourceSlice{}
-	if err := c2.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-one", Name: "peering"}, rs); err != nil || rs.Status.Phase != corev1alpha1.ResourceSliceAccepted {
-		t.Errorf("replicated ResourceSlice on two: %v, phase %q", err, rs.Status.Phase)
+	if err := c2.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-alpha", Name: "peering"}, rs); err != nil || rs.Status.Phase != corev1alpha1.ResourceSliceAccepted {
+		t.Errorf("replicated ResourceSlice on beta: %v, phase %q", err, rs.Status.Phase)
 	}
 
 	t.Run("consumer token is least privilege", func(t *testing.T) { checkConsumerRBAC(t, one, two) })
@@ -135,7 +141,7 @@ func TestPeering(t *testing.T) {
 	if out, err := annexctl(t, "unpeer", "--kubeconfig", one.KubeconfigPath(), "--remote-kubeconfig", two.KubeconfigPath()); err != nil {
 		t.Fatalf("unpeer: %v\n%s", err, out)
 	}
-	for name, c := range map[string]client.Client{"one": c1, "two": c2} {
+	for name, c := range map[string]client.Client{"alpha": c1, "beta": c2} {
 		if left := peeringLeftovers(ctx, t, c); len(left) > 0 {
 			t.Errorf("after unpeer, %s still has: %s", name, strings.Join(left, ", "))
 		}
@@ -165,7 +171,7 @@ func TestPeering(t *testing.T) {
 // checkConsumerRBAC uses the consumer's own credentials against the provider.
 func checkConsumerRBAC(t *testing.T, one, two *localcluster.Cluster) {
 	ctx := context.Background()
-	secret, err := clientset(t, one).CoreV1().Secrets("annex-tenant-two").Get(ctx, corev1alpha1.CredentialsSecretName, metav1.GetOptions{})
+	secret, err := clientset(t, one).CoreV1().Secrets("annex-tenant-beta").Get(ctx, corev1alpha1.CredentialsSecretName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,11 +196,11 @@ func checkConsumerRBAC(t *testing.T, one, two *localcluster.Cluster) {
 	}
 	allowed := map[string]func() error{
 		"create a ConfigMap in its tenant": func() error {
-			_, err := cs.CoreV1().ConfigMaps("annex-tenant-one").Create(ctx, cm("annex-tenant-one"), metav1.CreateOptions{})
+			_, err := cs.CoreV1().ConfigMaps("annex-tenant-alpha").Create(ctx, cm("annex-tenant-alpha"), metav1.CreateOptions{})
 			return err
 		},
 		"list Secrets in its tenant": func() error {
-			_, err := cs.CoreV1().Secrets("annex-tenant-one").List(ctx, metav1.ListOptions{})
+			_, err := cs.CoreV1().Secrets("annex-tenant-alpha").List(ctx, metav1.ListOptions{})
 			return err
 		},
 	}
@@ -228,12 +234,12 @@ func checkConsumerRBAC(t *testing.T, one, two *localcluster.Cluster) {
 			return err
 		},
 		"grant itself more in its tenant": func() error {
-			_, err := cs.RbacV1().Roles("annex-tenant-one").Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+			_, err := cs.RbacV1().Roles("annex-tenant-alpha").Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "x"},
 				Rules: []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}}}, metav1.CreateOptions{})
 			return err
 		},
 		"create pods directly": func() error {
-			_, err := cs.CoreV1().Pods("annex-tenant-one").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+			_, err := cs.CoreV1().Pods("annex-tenant-alpha").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "x", Image: "x"}}}}, metav1.CreateOptions{})
 			return err
 		},
@@ -254,14 +260,14 @@ func checkConsumerRBAC(t *testing.T, one, two *localcluster.Cluster) {
 // and the peering stays reachable throughout.
 func checkRenewal(t *testing.T, c1 client.Client) {
 	ctx := context.Background()
-	key := client.ObjectKey{Namespace: "annex-tenant-two", Name: corev1alpha1.CredentialsSecretName}
+	key := client.ObjectKey{Namespace: "annex-tenant-beta", Name: corev1alpha1.CredentialsSecretName}
 	s := &corev1.Secret{}
 	if err := c1.Get(ctx, key, s); err != nil {
 		t.Fatal(err)
 	}
 	first := string(s.Data[corev1alpha1.CredentialsKubeconfigKey])
 	fc := &corev1alpha1.ForeignCluster{}
-	if err := c1.Get(ctx, client.ObjectKey{Name: "two"}, fc); err != nil {
+	if err := c1.Get(ctx, client.ObjectKey{Name: "beta"}, fc); err != nil {
 		t.Fatal(err)
 	}
 	since := reachable(fc).LastTransitionTime
@@ -279,7 +285,7 @@ func checkRenewal(t *testing.T, c1 client.Client) {
 		}
 		return nil
 	})
-	if err := c1.Get(ctx, client.ObjectKey{Name: "two"}, fc); err != nil {
+	if err := c1.Get(ctx, client.ObjectKey{Name: "beta"}, fc); err != nil {
 		t.Fatal(err)
 	}
 	if c := reachable(fc); c.Status != metav1.ConditionTrue || !c.LastTransitionTime.Equal(&since) {
@@ -295,7 +301,7 @@ func checkDetection(t *testing.T, c1 client.Client, two *localcluster.Cluster) {
 		start := time.Now()
 		eventually(t, 30*time.Second, "APIServerReachable="+string(want), func() error {
 			fc := &corev1alpha1.ForeignCluster{}
-			if err := c1.Get(ctx, client.ObjectKey{Name: "two"}, fc); err != nil {
+			if err := c1.Get(ctx, client.ObjectKey{Name: "beta"}, fc); err != nil {
 				return err
 			}
 			if c := reachable(fc); c == nil || c.Status != want {
