@@ -15,6 +15,8 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -168,9 +170,14 @@ func TestInstallAndAgent(t *testing.T) {
 		if want := "system:serviceaccount:annex-system:annex-agent"; review.Status.UserInfo.Username != want {
 			t.Errorf("agent authenticates as %q, want %q", review.Status.UserInfo.Username, want)
 		}
-		// Least privilege: the agent's token may not read Secrets in kube-system.
-		if _, err := acs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); err == nil {
-			t.Error("agent may list Secrets in kube-system; its RBAC is too broad")
+		// Least privilege: the agent may not grant itself more, nor touch workloads it does not own.
+		if _, err := acs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "escalate"}, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "annex-agent", Namespace: "annex-system"}}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("agent creating a ClusterRoleBinding: got %v, want Forbidden", err)
+		}
+		if err := acs.AppsV1().Deployments("kube-system").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("agent deleting Deployments in kube-system: got %v, want Forbidden", err)
 		}
 		if err := a.Stop(); err != nil {
 			t.Fatal(err)

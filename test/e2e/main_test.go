@@ -32,7 +32,8 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
-func run(m *testing.M) int {
+// run sets up, runs the tests and tears down; a process left behind fails the run.
+func run(m *testing.M) (code int) {
 	dir, err := os.MkdirTemp("", "annex-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -84,7 +85,8 @@ func run(m *testing.M) int {
 			}
 		}
 		if left := processesUnder(dir); len(left) > 0 {
-			fmt.Fprintf(os.Stderr, "e2e: processes left behind: %v\n", left)
+			fmt.Fprintf(os.Stderr, "e2e: FAIL: processes left behind: %v\n", left)
+			code = 1
 		}
 	}()
 	for i, err := range errs {

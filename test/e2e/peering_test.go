@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -134,6 +135,29 @@ func TestPeering(t *testing.T) {
 		t.Errorf("replicated ResourceSlice on beta: %v, phase %q", err, rs.Status.Phase)
 	}
 
+	t.Run("status shows the peer", func(t *testing.T) {
+		out, err := annexctl(t, "status", "--kubeconfig", one.KubeconfigPath(), "-o", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			ClusterID string
+			Peers     []struct {
+				ClusterID, Role, Reachable, ProbeLatency string
+				Granted                                  map[string]string
+			}
+		}
+		if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &r); err != nil {
+			t.Fatalf("status -o json: %v", err)
+		}
+		if r.ClusterID != "alpha" || len(r.Peers) != 1 || r.Peers[0].ClusterID != "beta" || r.Peers[0].Role != "Provider" ||
+			r.Peers[0].Reachable != "True" || r.Peers[0].Granted["cpu"] != "2" || r.Peers[0].ProbeLatency == "" {
+			t.Errorf("unexpected status: %+v", r)
+		}
+		if out, err := annexctl(t, "status", "--kubeconfig", one.KubeconfigPath()); err != nil || !strings.Contains(out, "beta") {
+			t.Errorf("status table: %v\n%s", err, out)
+		}
+	})
 	t.Run("consumer token is least privilege", func(t *testing.T) { checkConsumerRBAC(t, one, two) })
 	t.Run("token renewed before expiry", func(t *testing.T) { checkRenewal(t, c1) })
 	t.Run("dead and hung provider detected", func(t *testing.T) { checkDetection(t, c1, two) })
