@@ -21,9 +21,11 @@ import (
 	"github.com/annexhq/annex/internal/agent"
 	"github.com/annexhq/annex/internal/controller/credentials"
 	"github.com/annexhq/annex/internal/controller/foreigncluster"
+	"github.com/annexhq/annex/internal/controller/heartbeat"
 	"github.com/annexhq/annex/internal/controller/namespaceoffloading"
 	"github.com/annexhq/annex/internal/controller/replicator"
 	"github.com/annexhq/annex/internal/controller/resourceslice"
+	"github.com/annexhq/annex/internal/controller/tenantgc"
 	"github.com/annexhq/annex/internal/identity"
 	"github.com/annexhq/annex/internal/remote"
 	"github.com/annexhq/annex/internal/version"
@@ -41,6 +43,8 @@ func run() error {
 	remoteOpts := remote.DefaultOptions()
 	var sliceOpts resourceslice.Options
 	renewFraction := 2.0 / 3
+	heartbeatInterval := 30 * time.Second
+	tenantGrace := 15 * time.Minute
 	logCfg := textlogger.NewConfig()
 
 	fs := pflag.NewFlagSet("annex-agent", pflag.ContinueOnError)
@@ -51,6 +55,8 @@ func run() error {
 	remoteOpts.BindFlags(fs)
 	sliceOpts.BindFlags(fs)
 	fs.Float64Var(&renewFraction, "credentials-renew-fraction", renewFraction, "renew a peering token once this fraction of its lifetime has passed (0 < f < 1)")
+	fs.DurationVar(&heartbeatInterval, "consumer-heartbeat-interval", heartbeatInterval, "how often this cluster, as a consumer, renews its heartbeat Lease on each provider")
+	fs.DurationVar(&tenantGrace, "tenant-grace-period", tenantGrace, "how long this cluster, as a provider, keeps a tenant whose consumer stopped renewing its heartbeat before removing it and everything it offloaded")
 	gofs := flag.NewFlagSet("log", flag.ContinueOnError)
 	logCfg.AddFlags(gofs)
 	fs.AddGoFlagSet(gofs)
@@ -68,6 +74,9 @@ func run() error {
 	}
 	if err := remoteOpts.Validate(); err != nil {
 		return err
+	}
+	if heartbeatInterval <= 0 || tenantGrace <= 2*heartbeatInterval {
+		return fmt.Errorf("--tenant-grace-period (%s) must be more than twice --consumer-heartbeat-interval (%s)", tenantGrace, heartbeatInterval)
 	}
 	if renewFraction <= 0 || renewFraction >= 1 {
 		return fmt.Errorf("--credentials-renew-fraction must be between 0 and 1, got %v", renewFraction)
@@ -98,6 +107,8 @@ func run() error {
 		replicator.New(mgr.GetClient(), remotes, id.ClusterID, corev1alpha1.GroupVersion.WithKind("ResourceSlice"), replicator.Options{}),
 		replicator.New(mgr.GetClient(), remotes, id.ClusterID, offloadingv1alpha1.GroupVersion.WithKind("RemoteNamespace"), replicator.Options{}),
 		&namespaceoffloading.Reconciler{Client: mgr.GetClient(), LocalClusterID: id.ClusterID},
+		&heartbeat.Reconciler{Client: mgr.GetClient(), Remotes: remotes, LocalClusterID: id.ClusterID, Clock: clock.RealClock{}, Interval: heartbeatInterval},
+		&tenantgc.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("annex-tenantgc"), Clock: clock.RealClock{}, GracePeriod: tenantGrace},
 		resourceslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-resourceslice"), id.ClusterID, sliceOpts),
 	}
 	for _, s := range setups {

@@ -12,13 +12,17 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -130,6 +134,10 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:        o.HealthProbeAddress,
 		GracefulShutdownTimeout:       &o.GracefulStopTimeout,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only Annex's own Leases (heartbeats), not every node's.
+			&coordinationv1.Lease{}: {Label: labels.SelectorFromSet(labels.Set{corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex})},
+		}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)

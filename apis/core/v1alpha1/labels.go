@@ -119,3 +119,7 @@ const (
 	// namespace) names the consumer namespace it offloads.
 	LabelSourceNamespace = "annex.dev/source-namespace"
 )
+
+// HeartbeatLeaseName is the Lease a consumer renews in its tenant namespace on
+// each provider; a provider removes a tenant whose consumer stopped renewing it.
+const HeartbeatLeaseName = "annex-consumer-heartbeat"

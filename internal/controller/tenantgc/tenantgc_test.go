@@ -1,0 +1,91 @@
+package tenantgc
+
+import (
+	"context"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+)
+
+func TestReconcile(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	grace := 15 * time.Minute
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = corev1alpha1.AddToScheme(s)
+	managed := func(name string, extra map[string]string) *corev1.Namespace {
+		l := map[string]string{corev1alpha1.LabelRemoteClusterID: "alpha", corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}
+		for k, v := range extra {
+			l[k] = v
+		}
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l, CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))}}
+	}
+	tenant := managed("annex-tenant-alpha", map[string]string{corev1alpha1.LabelTenant: "true"})
+	remoteNS := managed("shop-alpha", nil)
+	other := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop-delta", Labels: map[string]string{corev1alpha1.LabelRemoteClusterID: "delta", corev1alpha1.LabelManagedBy: "annex"}}}
+	lease := func(ago time.Duration) *coordinationv1.Lease {
+		rt := metav1.NewMicroTime(now.Add(-ago))
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: tenant.Name, Name: corev1alpha1.HeartbeatLeaseName}, Spec: coordinationv1.LeaseSpec{RenewTime: &rt}}
+	}
+	fc := func(role corev1alpha1.PeeringRole) *corev1alpha1.ForeignCluster {
+		return &corev1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha"}, Spec: corev1alpha1.ForeignClusterSpec{ClusterID: "alpha"}, Status: corev1alpha1.ForeignClusterStatus{Role: role}}
+	}
+	for _, tc := range []struct {
+		name        string
+		objs        []client.Object
+		wantNS      []string
+		wantFC      bool
+		wantRequeue time.Duration
+	}{
+		{name: "heartbeat fresh", objs: []client.Object{lease(time.Minute), fc(corev1alpha1.RoleConsumer)},
+			wantNS: []string{"annex-tenant-alpha", "shop-alpha", "shop-delta"}, wantFC: true, wantRequeue: grace - time.Minute + time.Second},
+		{name: "heartbeat lapsed", objs: []client.Object{lease(grace + time.Minute), fc(corev1alpha1.RoleConsumer)},
+			wantNS: []string{"shop-delta"}},
+		{name: "never renewed, tenant older than grace", objs: []client.Object{fc(corev1alpha1.RoleConsumer)},
+			wantNS: []string{"shop-delta"}},
+		{name: "we consume them: not a tenant", objs: []client.Object{fc(corev1alpha1.RoleProvider)},
+			wantNS: []string{"annex-tenant-alpha", "shop-alpha", "shop-delta"}, wantFC: true},
+		{name: "both ways: tenant namespace and ForeignCluster stay", objs: []client.Object{lease(grace + time.Minute), fc(corev1alpha1.RoleBoth)},
+			wantNS: []string{"annex-tenant-alpha", "shop-delta"}, wantFC: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(s).WithObjects(append(tc.objs, tenant.DeepCopy(), remoteNS.DeepCopy(), other.DeepCopy())...).Build()
+			r := &Reconciler{Client: c, Recorder: events.NewFakeRecorder(10), Clock: clocktesting.NewFakePassiveClock(now), GracePeriod: grace}
+			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: tenant.Name}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.RequeueAfter != tc.wantRequeue {
+				t.Errorf("requeue after %s, want %s", res.RequeueAfter, tc.wantRequeue)
+			}
+			nss := &corev1.NamespaceList{}
+			_ = c.List(context.Background(), nss)
+			var got []string
+			for _, n := range nss.Items {
+				got = append(got, n.Name)
+			}
+			sort.Strings(got)
+			if diff := cmp.Diff(tc.wantNS, got); diff != "" {
+				t.Errorf("namespaces (-want +got):\n%s", diff)
+			}
+			err = c.Get(context.Background(), client.ObjectKey{Name: "alpha"}, &corev1alpha1.ForeignCluster{})
+			if (err == nil) != tc.wantFC {
+				t.Errorf("ForeignCluster exists = %v, want %v", err == nil, tc.wantFC)
+			}
+		})
+	}
+}
