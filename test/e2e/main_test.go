@@ -22,11 +22,10 @@ import (
 
 // env is what TestMain set up for every test.
 var env struct {
-	dir      string // root of everything this package writes
-	bin      string // annexctl and annex-agent built from this tree
+	dir      string                  // root of everything this package writes
+	bin      string                  // annexctl and annex-agent built from this tree
 	clusters []*localcluster.Cluster // alpha, beta, gamma
 }
-
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))

@@ -345,4 +345,3 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1alpha1.VirtualNode{}, handler.EnqueueRequestsFromMapFunc(all)).
 		Complete(r)
 }
-
