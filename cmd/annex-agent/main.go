@@ -23,6 +23,7 @@ import (
 	"github.com/annexhq/annex/internal/controller/foreigncluster"
 	"github.com/annexhq/annex/internal/controller/heartbeat"
 	"github.com/annexhq/annex/internal/controller/namespaceoffloading"
+	"github.com/annexhq/annex/internal/controller/reflection"
 	"github.com/annexhq/annex/internal/controller/replicator"
 	"github.com/annexhq/annex/internal/controller/resourceslice"
 	"github.com/annexhq/annex/internal/controller/tenantgc"
@@ -107,6 +108,7 @@ func run() error {
 		replicator.New(mgr.GetClient(), remotes, id.ClusterID, corev1alpha1.GroupVersion.WithKind("ResourceSlice"), replicator.Options{}),
 		replicator.New(mgr.GetClient(), remotes, id.ClusterID, offloadingv1alpha1.GroupVersion.WithKind("RemoteNamespace"), replicator.Options{}),
 		&namespaceoffloading.Reconciler{Client: mgr.GetClient(), LocalClusterID: id.ClusterID},
+		reflection.New(mgr.GetClient(), remotes, id.ClusterID, reflection.Options{}),
 		&heartbeat.Reconciler{Client: mgr.GetClient(), Remotes: remotes, LocalClusterID: id.ClusterID, Clock: clock.RealClock{}, Interval: heartbeatInterval},
 		&tenantgc.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("annex-tenantgc"), Clock: clock.RealClock{}, GracePeriod: tenantGrace},
 		resourceslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-resourceslice"), id.ClusterID, sliceOpts),

@@ -59,27 +59,44 @@ consumer. Running it again changes nothing.`,
 	f.StringVar(&o.Memory, "memory", o.Memory, "memory to request from the provider")
 	f.StringVar(&o.Pods, "pods", o.Pods, "number of pods to request from the provider")
 	f.DurationVar(&o.TokenTTL, "token-ttl", o.TokenTTL, "lifetime of the consumer's token on the provider (at least 10m; the consumer's agent renews it)")
-	f.BoolVar(&o.NoNetwork, "no-network", o.NoNetwork, "do not link the two clusters' networks")
+	f.BoolVar(&o.NoNetwork, "no-network", o.NoNetwork, "do not link the two clusters' networks (see `annexctl network connect`)")
+	f.StringVar(&o.RemapPool, "remap-pool", o.RemapPool, "range remapped CIDRs are allocated from when the clusters' CIDRs overlap")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
 	return cmd
 }
 
 func newUnpeerCommand(s cli.IOStreams) *cobra.Command {
 	o := unpeer.Options{Timeout: 2 * time.Minute}
+	lo := unpeer.LocalOptions{GracefulTimeout: 10 * time.Second, Timeout: 2 * time.Minute}
 	var kubeconfig, remote string
 	cmd := &cobra.Command{
-		Use:   "unpeer --kubeconfig CONSUMER --remote-kubeconfig PROVIDER",
-		Short: "Remove a peering and everything it created on both clusters",
-		Long: `unpeer removes the peering in which the consumer (--kubeconfig) uses the provider
-(--remote-kubeconfig): the VirtualNode and its Node, the ResourceSlice (the
-consumer's agent deletes its replica on the provider first), the consumer's
-namespaces on the provider, its tenant namespace with the ServiceAccount and RBAC
-(which revokes its token), the credentials on the consumer and both
-ForeignClusters. It waits until they are gone.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if remote == "" {
-				return fmt.Errorf("--remote-kubeconfig (the provider's kubeconfig) is required")
+		Use:   "unpeer --kubeconfig CONSUMER (--remote-kubeconfig PROVIDER | PROVIDER-CLUSTER-ID) [--force]",
+		Short: "Remove a peering and everything it created",
+		Long: `unpeer removes the peering in which the consumer (--kubeconfig) uses a provider.
+
+With --remote-kubeconfig (admin access to both clusters) it removes everything on both
+sides: the VirtualNode and its Node, the remote namespaces and the ResourceSlice (the
+consumer's agent deletes their replicas on the provider first), the consumer's tenant
+namespace on the provider with its ServiceAccount and RBAC (which revokes its token),
+the network link, the credentials on the consumer and both ForeignClusters.
+
+With the provider's cluster ID (or ForeignCluster name) instead, it needs only the
+consumer's kubeconfig. It first tries the graceful path through the provider, bounded by
+--graceful-timeout. If the provider does not answer, unpeer fails without changing
+anything — unless --force is given: then it marks the ForeignCluster unreachable (no
+component calls the provider again: finalizers are released without remote deletion,
+pods on the virtual node are deleted locally and re-created elsewhere by their
+controllers) and removes everything of the peering from the consumer. The provider
+removes its side by itself when the consumer's heartbeat lapses.`,
+		Example: `  annexctl unpeer --kubeconfig alpha.kubeconfig --remote-kubeconfig beta.kubeconfig
+  annexctl unpeer --kubeconfig alpha.kubeconfig beta --force`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case remote == "" && len(args) == 0:
+				return fmt.Errorf("name the provider: --remote-kubeconfig PROVIDER-KUBECONFIG, or its cluster ID as an argument")
+			case remote != "" && len(args) == 1:
+				return fmt.Errorf("give either --remote-kubeconfig or the provider's cluster ID, not both")
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
@@ -87,17 +104,26 @@ ForeignClusters. It waits until they are gone.`,
 			if err != nil {
 				return fmt.Errorf("consumer: %w", err)
 			}
-			p, err := cli.Connect(ctx, remote, connectTimeout)
+			if remote == "" {
+				return unpeer.RunLocal(ctx, s, c, args[0], lo)
+			}
+			p, err := cli.Connect(ctx, remote, lo.GracefulTimeout)
 			if err != nil {
-				return fmt.Errorf("provider: %w", err)
+				if !lo.Force {
+					return fmt.Errorf("provider: %w; nothing was changed (if it is gone for good, run `annexctl unpeer --kubeconfig %s PROVIDER-CLUSTER-ID --force`)", err, kubeconfig)
+				}
+				return fmt.Errorf("provider: %w; with --force, name the provider by its cluster ID instead of --remote-kubeconfig", err)
 			}
 			return unpeer.Run(ctx, s, c, p, o)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&kubeconfig, "kubeconfig", "", "the consumer's kubeconfig (default: $KUBECONFIG or ~/.kube/config)")
-	f.StringVar(&remote, "remote-kubeconfig", "", "the provider's kubeconfig (required)")
+	f.StringVar(&remote, "remote-kubeconfig", "", "the provider's kubeconfig (clean both sides)")
+	f.BoolVar(&lo.Force, "force", false, "if the provider does not answer, remove the peering from the consumer without it")
+	f.DurationVar(&lo.GracefulTimeout, "graceful-timeout", lo.GracefulTimeout, "how long to try the graceful path through the provider")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
+	cmd.PreRun = func(*cobra.Command, []string) { lo.Timeout = o.Timeout }
 	return cmd
 }
 

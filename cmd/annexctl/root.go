@@ -28,7 +28,7 @@ and runs a local sandbox of three real clusters for trying it out.`,
 	}
 	root.SetOut(s.Out)
 	root.SetErr(s.ErrOut)
-	root.AddCommand(newInstallCommand(s), newUninstallCommand(s), newPeerCommand(s), newUnpeerCommand(s), newStatusCommand(s), newOffloadCommand(s), newUnoffloadCommand(s), newSandboxCommand(s))
+	root.AddCommand(newInstallCommand(s), newUninstallCommand(s), newPeerCommand(s), newUnpeerCommand(s), newStatusCommand(s), newOffloadCommand(s), newUnoffloadCommand(s), newNetworkCommand(s), newSandboxCommand(s))
 	return root
 }
 

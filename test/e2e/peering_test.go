@@ -20,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/agent"
 	"github.com/annexhq/annex/internal/cli/sandbox"
 	"github.com/annexhq/annex/internal/localcluster"
@@ -357,9 +359,11 @@ func peeringLeftovers(ctx context.Context, t *testing.T, c client.Client) []stri
 	t.Helper()
 	var left []string
 	lists := map[string]client.ObjectList{
-		"ForeignCluster": &corev1alpha1.ForeignClusterList{},
-		"ResourceSlice":  &corev1alpha1.ResourceSliceList{},
-		"VirtualNode":    &corev1alpha1.VirtualNodeList{},
+		"ForeignCluster":       &corev1alpha1.ForeignClusterList{},
+		"ResourceSlice":        &corev1alpha1.ResourceSliceList{},
+		"VirtualNode":          &corev1alpha1.VirtualNodeList{},
+		"RemoteNamespace":      &offloadingv1alpha1.RemoteNamespaceList{},
+		"NetworkConfiguration": &networkingv1alpha1.NetworkConfigurationList{},
 	}
 	for kind, l := range lists {
 		if err := c.List(ctx, l); err != nil {

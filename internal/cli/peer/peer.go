@@ -8,7 +8,6 @@ package peer
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -28,7 +27,7 @@ import (
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	"github.com/annexhq/annex/internal/cli"
-	"github.com/annexhq/annex/internal/identity"
+	"github.com/annexhq/annex/internal/cli/network"
 )
 
 // Names shared by the peering's parts.
@@ -51,12 +50,14 @@ type Options struct {
 	TokenTTL time.Duration
 	// NoNetwork skips `network connect` between the two clusters.
 	NoNetwork bool
+	// RemapPool is where remapped CIDRs come from when the clusters' CIDRs overlap.
+	RemapPool string
 	Timeout   time.Duration
 }
 
 // DefaultOptions are the CLI defaults.
 func DefaultOptions() Options {
-	return Options{CPU: "4", Memory: "8Gi", Pods: "110", TokenTTL: 24 * time.Hour, Timeout: 2 * time.Minute}
+	return Options{CPU: "4", Memory: "8Gi", Pods: "110", TokenTTL: 24 * time.Hour, RemapPool: network.DefaultOptions().Pool, Timeout: 2 * time.Minute}
 }
 
 // Resources parses the requested resources.
@@ -91,7 +92,7 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	cid, pid, err := Identities(ctx, c, p)
+	cid, pid, err := cli.Identities(ctx, c, p, "consumer", "provider", "peer with")
 	if err != nil {
 		return err
 	}
@@ -172,6 +173,12 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 
 	if o.NoNetwork {
 		s.Step("network link skipped (--no-network)")
+	} else {
+		ch, err := network.Link(ctx, s, c, p, network.Options{Pool: o.RemapPool})
+		if err != nil {
+			return fmt.Errorf("network link: %w", err)
+		}
+		changed = changed || ch
 	}
 	if changed {
 		fmt.Fprintf(s.Out, "%s now consumes resources of %s.\n", cid.ClusterID, pid.ClusterID)
@@ -179,26 +186,6 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 		fmt.Fprintf(s.Out, "%s already consumes resources of %s; nothing changed.\n", cid.ClusterID, pid.ClusterID)
 	}
 	return nil
-}
-
-// Identities reads both clusters' identities and refuses to peer a cluster with itself.
-func Identities(ctx context.Context, c, p *cli.Cluster) (identity.Identity, identity.Identity, error) {
-	cid, err := identity.Read(ctx, c.Client)
-	if err != nil {
-		return cid, cid, fmt.Errorf("consumer (%s): %w", c.Host, err)
-	}
-	pid, err := identity.Read(ctx, p.Client)
-	if err != nil {
-		return cid, pid, fmt.Errorf("provider (%s): %w", p.Host, err)
-	}
-	if cid.ClusterID == pid.ClusterID {
-		return cid, pid, fmt.Errorf("both kubeconfigs reach cluster %q: a cluster cannot peer with itself", cid.ClusterID)
-	}
-	ck, pk := &corev1.Namespace{}, &corev1.Namespace{}
-	if c.Client.Get(ctx, client.ObjectKey{Name: "kube-system"}, ck) == nil && p.Client.Get(ctx, client.ObjectKey{Name: "kube-system"}, pk) == nil && ck.UID == pk.UID {
-		return cid, pid, errors.New("both kubeconfigs reach the same cluster (same kube-system namespace): a cluster cannot peer with itself")
-	}
-	return cid, pid, nil
 }
 
 func tenantNamespace(name, peerID string) *corev1.Namespace {

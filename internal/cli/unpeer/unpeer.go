@@ -18,6 +18,7 @@ import (
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	"github.com/annexhq/annex/internal/cli"
+	"github.com/annexhq/annex/internal/cli/network"
 	"github.com/annexhq/annex/internal/cli/peer"
 )
 
@@ -30,7 +31,7 @@ type Options struct {
 func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) error {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	cid, pid, err := peer.Identities(ctx, c, p)
+	cid, pid, err := cli.Identities(ctx, c, p, "consumer", "provider", "unpeer from")
 	if err != nil {
 		return err
 	}
@@ -98,13 +99,18 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 		return err
 	}
 
-	// 4. Consumer side: credentials, tenant namespace, ForeignCluster.
+	// 4. Consumer side: network link, credentials, tenant namespace, ForeignCluster.
 	cfc, both, err := foreignCluster(ctx, c, pid.ClusterID)
 	if err != nil {
 		return err
 	}
+	if !both {
+		if err := network.Disconnect(ctx, s, c, p, network.Options{}); err != nil {
+			return fmt.Errorf("network link: %w", err)
+		}
+	}
 	secret := &corev1.Secret{}
-	secret.Name, secret.Namespace = peer.CredentialsSecret, tenantOnC
+	secret.Name, secret.Namespace = corev1alpha1.CredentialsSecretName, tenantOnC
 	if err := del(c, secret, fmt.Sprintf("consumer %s: credentials Secret %s/%s", cid.ClusterID, secret.Namespace, secret.Name)); err != nil {
 		return err
 	}

@@ -1,0 +1,335 @@
+package reflection
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+)
+
+const (
+	// RootCAConfigMapName is the ConfigMap every namespace gets from its own
+	// cluster; it is never reflected.
+	RootCAConfigMapName = "kube-root-ca.crt"
+
+	// endpointSliceManagedByLabel names the controller that manages an
+	// EndpointSlice; the provider's controller sets its own.
+	endpointSliceManagedByLabel = "endpointslice.kubernetes.io/managed-by"
+	// annexEndpointSliceManager is its value on EndpointSlices that Annex
+	// creates from ShadowEndpointSlices (this cluster acting as a provider).
+	annexEndpointSliceManager = "annex.dev"
+)
+
+func newReflector(k Kind) reflector {
+	switch k {
+	case KindService:
+		return serviceReflector{}
+	case KindConfigMap:
+		return configMapReflector{}
+	case KindSecret:
+		return secretReflector{}
+	case KindEndpointSlice:
+		return endpointSliceReflector{}
+	}
+	panic(fmt.Sprintf("reflection: unknown kind %q", k))
+}
+
+func pointers[T any, PT interface {
+	*T
+	client.Object
+}](items []T, keep func(PT) bool) []client.Object {
+	var out []client.Object
+	for i := range items {
+		if p := PT(&items[i]); keep(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func all[PT client.Object](PT) bool { return true }
+
+// Services.
+
+type serviceReflector struct{}
+
+func (serviceReflector) object() client.Object { return &corev1.Service{} }
+
+// reflectService reports whether a local Service is reflected. The
+// default/kubernetes Service points at this cluster's API server and every
+// cluster has its own.
+func reflectService(s *corev1.Service) bool {
+	return reflectable(s) && !(s.Namespace == metav1.NamespaceDefault && s.Name == "kubernetes")
+}
+
+func (serviceReflector) list(ctx context.Context, r *Reconciler, ns string) ([]client.Object, error) {
+	list := &corev1.ServiceList{}
+	if err := r.reader.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	return pointers(list.Items, reflectService), nil
+}
+
+func (serviceReflector) listRemote(ctx context.Context, c client.Client, ns string) ([]client.Object, error) {
+	list := &corev1.ServiceList{}
+	if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	return pointers(list.Items, all), nil
+}
+
+func (serviceReflector) desired(_ context.Context, _ *Reconciler, _ string, o client.Object) client.Object {
+	return remoteService(o.(*corev1.Service))
+}
+
+// remoteService returns the remote copy of s: its spec without selector and
+// without what the API server allocates. A headless Service stays headless.
+func remoteService(s *corev1.Service) *corev1.Service {
+	out := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Labels: copiedLabels(s), Annotations: copiedAnnotations(s)},
+		Spec:       *s.Spec.DeepCopy(),
+	}
+	spec := &out.Spec
+	spec.Selector = nil
+	if s.Spec.ClusterIP == corev1.ClusterIPNone {
+		spec.ClusterIP, spec.ClusterIPs = corev1.ClusterIPNone, []string{corev1.ClusterIPNone}
+	} else {
+		spec.ClusterIP, spec.ClusterIPs = "", nil
+	}
+	// The provider picks the IP families its own network supports.
+	spec.IPFamilies, spec.IPFamilyPolicy = nil, nil
+	spec.HealthCheckNodePort = 0
+	for i := range spec.Ports {
+		spec.Ports[i].NodePort = 0
+	}
+	return out
+}
+
+func (serviceReflector) apply(d, r client.Object) (client.Object, bool) {
+	return applyService(d.(*corev1.Service), r.(*corev1.Service))
+}
+
+// applyService returns remote with desired's spec, keeping what the
+// provider's API server allocated for remote as long as the type still needs
+// it (as the API server itself does on update), so that a copy that is up to
+// date compares equal.
+func applyService(desired, remote *corev1.Service) (*corev1.Service, bool) {
+	spec := *desired.Spec.DeepCopy()
+	cur := remote.Spec
+	if needsClusterIP(spec.Type) && needsClusterIP(cur.Type) {
+		if (spec.ClusterIP == corev1.ClusterIPNone) != (cur.ClusterIP == corev1.ClusterIPNone) {
+			return nil, true // headless or not is immutable
+		}
+		spec.ClusterIP, spec.ClusterIPs = cur.ClusterIP, cur.ClusterIPs
+		spec.IPFamilies, spec.IPFamilyPolicy = cur.IPFamilies, cur.IPFamilyPolicy
+	}
+	if needsNodePorts(spec.Type) && needsNodePorts(cur.Type) {
+		for i := range spec.Ports {
+			for _, p := range cur.Ports {
+				if p.Port == spec.Ports[i].Port && p.Protocol == spec.Ports[i].Protocol {
+					spec.Ports[i].NodePort = p.NodePort
+					break
+				}
+			}
+		}
+	}
+	if needsHealthCheckNodePort(&spec) && needsHealthCheckNodePort(&cur) {
+		spec.HealthCheckNodePort = cur.HealthCheckNodePort
+	}
+	out := remote.DeepCopy()
+	out.Spec = spec
+	return out, false
+}
+
+func needsClusterIP(t corev1.ServiceType) bool { return t != corev1.ServiceTypeExternalName }
+
+func needsNodePorts(t corev1.ServiceType) bool {
+	return t == corev1.ServiceTypeNodePort || t == corev1.ServiceTypeLoadBalancer
+}
+
+func needsHealthCheckNodePort(s *corev1.ServiceSpec) bool {
+	return s.Type == corev1.ServiceTypeLoadBalancer && s.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+}
+
+// ConfigMaps.
+
+type configMapReflector struct{}
+
+func (configMapReflector) object() client.Object { return &corev1.ConfigMap{} }
+
+func reflectConfigMap(c *corev1.ConfigMap) bool {
+	return reflectable(c) && c.Name != RootCAConfigMapName
+}
+
+func (configMapReflector) list(ctx context.Context, r *Reconciler, ns string) ([]client.Object, error) {
+	list := &corev1.ConfigMapList{}
+	if err := r.live.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	return pointers(list.Items, reflectConfigMap), nil
+}
+
+func (configMapReflector) listRemote(ctx context.Context, c client.Client, ns string) ([]client.Object, error) {
+	list := &corev1.ConfigMapList{}
+	if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	return pointers(list.Items, all), nil
+}
+
+func (configMapReflector) desired(_ context.Context, _ *Reconciler, _ string, o client.Object) client.Object {
+	c := o.(*corev1.ConfigMap)
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Labels: copiedLabels(c), Annotations: copiedAnnotations(c)},
+		Data:       c.DeepCopy().Data,
+		BinaryData: c.DeepCopy().BinaryData,
+		Immutable:  c.Immutable,
+	}
+}
+
+func (configMapReflector) apply(d, r client.Object) (client.Object, bool) {
+	desired, remote := d.(*corev1.ConfigMap), r.(*corev1.ConfigMap)
+	out := remote.DeepCopy()
+	out.Data, out.BinaryData, out.Immutable = desired.Data, desired.BinaryData, desired.Immutable
+	if isTrue(remote.Immutable) && !apiequality.Semantic.DeepEqual(out, remote) {
+		return nil, true
+	}
+	return out, false
+}
+
+// Secrets.
+
+type secretReflector struct{}
+
+func (secretReflector) object() client.Object { return &corev1.Secret{} }
+
+func reflectSecret(s *corev1.Secret) bool {
+	return reflectable(s) && s.Type != corev1.SecretTypeServiceAccountToken
+}
+
+func (secretReflector) list(ctx context.Context, r *Reconciler, ns string) ([]client.Object, error) {
+	list := &corev1.SecretList{}
+	if err := r.live.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	return pointers(list.Items, reflectSecret), nil
+}
+
+func (secretReflector) listRemote(ctx context.Context, c client.Client, ns string) ([]client.Object, error) {
+	list := &corev1.SecretList{}
+	if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	return pointers(list.Items, all), nil
+}
+
+func (secretReflector) desired(_ context.Context, _ *Reconciler, _ string, o client.Object) client.Object {
+	s := o.(*corev1.Secret)
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Labels: copiedLabels(s), Annotations: copiedAnnotations(s)},
+		Type:       s.Type,
+		Data:       s.DeepCopy().Data,
+		Immutable:  s.Immutable,
+	}
+}
+
+func (secretReflector) apply(d, r client.Object) (client.Object, bool) {
+	desired, remote := d.(*corev1.Secret), r.(*corev1.Secret)
+	if desired.Type != remote.Type {
+		return nil, true // the type is immutable
+	}
+	out := remote.DeepCopy()
+	out.Data, out.Immutable = desired.Data, desired.Immutable
+	if isTrue(remote.Immutable) && !apiequality.Semantic.DeepEqual(out, remote) {
+		return nil, true
+	}
+	return out, false
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }
+
+// EndpointSlices.
+
+type endpointSliceReflector struct{}
+
+func (endpointSliceReflector) object() client.Object { return &discoveryv1.EndpointSlice{} }
+
+// list returns the EndpointSlices of the Services that are reflected, except
+// the ones Annex made here as a provider.
+func (endpointSliceReflector) list(ctx context.Context, r *Reconciler, ns string) ([]client.Object, error) {
+	services := &corev1.ServiceList{}
+	if err := r.reader.List(ctx, services, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	reflected := map[string]bool{}
+	for i := range services.Items {
+		if reflectService(&services.Items[i]) {
+			reflected[services.Items[i].Name] = true
+		}
+	}
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := r.reader.List(ctx, slices, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	return pointers(slices.Items, func(s *discoveryv1.EndpointSlice) bool {
+		return reflectable(s) &&
+			reflected[s.Labels[discoveryv1.LabelServiceName]] &&
+			s.Labels[endpointSliceManagedByLabel] != annexEndpointSliceManager
+	}), nil
+}
+
+func (endpointSliceReflector) listRemote(ctx context.Context, c client.Client, ns string) ([]client.Object, error) {
+	list := &offloadingv1alpha1.ShadowEndpointSliceList{}
+	if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	return pointers(list.Items, all), nil
+}
+
+func (endpointSliceReflector) desired(ctx context.Context, r *Reconciler, provider string, o client.Object) client.Object {
+	return shadowEndpointSlice(ctx, r.opts.Translator, provider, o.(*discoveryv1.EndpointSlice))
+}
+
+// shadowEndpointSlice returns the ShadowEndpointSlice that carries s to
+// provider. Its template has the labels of s (but the managed-by label, which
+// the provider sets), and the endpoints of s that tr keeps for provider.
+func shadowEndpointSlice(ctx context.Context, tr EndpointTranslator, provider string, s *discoveryv1.EndpointSlice) *offloadingv1alpha1.ShadowEndpointSlice {
+	labels := copiedLabels(s)
+	delete(labels, endpointSliceManagedByLabel)
+	var eps []discoveryv1.Endpoint
+	for _, ep := range s.Endpoints {
+		clean, onNode := sanitizeEndpoint(ep)
+		if out, keep := tr.Translate(ctx, provider, clean, onNode); keep {
+			eps = append(eps, out)
+		}
+	}
+	out := &offloadingv1alpha1.ShadowEndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name},
+		Spec: offloadingv1alpha1.ShadowEndpointSliceSpec{Template: offloadingv1alpha1.EndpointSliceTemplate{
+			Labels:      labels,
+			AddressType: s.AddressType,
+			Endpoints:   eps,
+			Ports:       s.DeepCopy().Ports,
+		}},
+	}
+	if svc := s.Labels[discoveryv1.LabelServiceName]; svc != "" {
+		out.Labels = map[string]string{discoveryv1.LabelServiceName: svc}
+	}
+	return out
+}
+
+func (endpointSliceReflector) apply(d, r client.Object) (client.Object, bool) {
+	desired, remote := d.(*offloadingv1alpha1.ShadowEndpointSlice), r.(*offloadingv1alpha1.ShadowEndpointSlice)
+	if desired.Spec.Template.AddressType != remote.Spec.Template.AddressType {
+		return nil, true // addressType is immutable
+	}
+	out := remote.DeepCopy()
+	out.Spec = *desired.Spec.DeepCopy()
+	return out, false
+}
