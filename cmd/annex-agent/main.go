@@ -24,8 +24,11 @@ import (
 	"github.com/annexhq/annex/internal/controller/heartbeat"
 	"github.com/annexhq/annex/internal/controller/namespaceoffloading"
 	"github.com/annexhq/annex/internal/controller/reflection"
+	"github.com/annexhq/annex/internal/controller/remotenamespace"
 	"github.com/annexhq/annex/internal/controller/replicator"
 	"github.com/annexhq/annex/internal/controller/resourceslice"
+	"github.com/annexhq/annex/internal/controller/shadowendpointslice"
+	"github.com/annexhq/annex/internal/controller/shadowpod"
 	"github.com/annexhq/annex/internal/controller/tenantgc"
 	"github.com/annexhq/annex/internal/identity"
 	"github.com/annexhq/annex/internal/remote"
@@ -43,6 +46,7 @@ func run() error {
 	opts := agent.DefaultOptions()
 	remoteOpts := remote.DefaultOptions()
 	var sliceOpts resourceslice.Options
+	var shadowPodOpts shadowpod.Options
 	renewFraction := 2.0 / 3
 	heartbeatInterval := 30 * time.Second
 	tenantGrace := 15 * time.Minute
@@ -55,6 +59,7 @@ func run() error {
 	opts.BindFlags(fs)
 	remoteOpts.BindFlags(fs)
 	sliceOpts.BindFlags(fs)
+	shadowPodOpts.BindFlags(fs)
 	fs.Float64Var(&renewFraction, "credentials-renew-fraction", renewFraction, "renew a peering token once this fraction of its lifetime has passed (0 < f < 1)")
 	fs.DurationVar(&heartbeatInterval, "consumer-heartbeat-interval", heartbeatInterval, "how often this cluster, as a consumer, renews its heartbeat Lease on each provider")
 	fs.DurationVar(&tenantGrace, "tenant-grace-period", tenantGrace, "how long this cluster, as a provider, keeps a tenant whose consumer stopped renewing its heartbeat before removing it and everything it offloaded")
@@ -87,7 +92,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	mgr, err := agent.NewManager(cfg, opts)
+	mgr, err := agent.NewManager(cfg, opts, remotenamespace.CacheByObject())
 	if err != nil {
 		return err
 	}
@@ -109,6 +114,9 @@ func run() error {
 		replicator.New(mgr.GetClient(), remotes, id.ClusterID, offloadingv1alpha1.GroupVersion.WithKind("RemoteNamespace"), replicator.Options{}),
 		&namespaceoffloading.Reconciler{Client: mgr.GetClient(), LocalClusterID: id.ClusterID},
 		reflection.New(mgr.GetClient(), remotes, id.ClusterID, reflection.Options{}),
+		remotenamespace.New(mgr.GetClient(), mgr.GetEventRecorder("annex-remotenamespace"), remotenamespace.Options{}),
+		shadowpod.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowpod"), shadowPodOpts),
+		shadowendpointslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowendpointslice"), shadowendpointslice.Options{}),
 		&heartbeat.Reconciler{Client: mgr.GetClient(), Remotes: remotes, LocalClusterID: id.ClusterID, Clock: clock.RealClock{}, Interval: heartbeatInterval},
 		&tenantgc.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("annex-tenantgc"), Clock: clock.RealClock{}, GracePeriod: tenantGrace},
 		resourceslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-resourceslice"), id.ClusterID, sliceOpts),

@@ -120,7 +120,10 @@ func (o *Options) RESTConfig() (*rest.Config, error) {
 // NewManager builds the agent's manager. Its readiness check passes once the
 // agent can read the cluster identity ConfigMap with its own credentials,
 // which proves both connectivity and RBAC.
-func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+//
+// byObject restricts what the manager's cache holds of some kinds (merged in
+// order; controllers export what they need).
+func NewManager(cfg *rest.Config, o Options, byObject ...map[client.Object]cache.ByObject) (ctrl.Manager, error) {
 	scheme, err := Scheme()
 	if err != nil {
 		return nil, err
@@ -134,10 +137,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:        o.HealthProbeAddress,
 		GracefulShutdownTimeout:       &o.GracefulStopTimeout,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Only Annex's own Leases (heartbeats), not every node's.
-			&coordinationv1.Lease{}: {Label: labels.SelectorFromSet(labels.Set{corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex})},
-		}},
+		Cache:                         cache.Options{ByObject: cacheByObject(byObject...), DefaultTransform: cache.TransformStripManagedFields()},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
@@ -153,6 +153,20 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// cacheByObject keeps only Annex's own Leases (heartbeats, not every node's)
+// and adds the restrictions controllers ask for.
+func cacheByObject(extra ...map[client.Object]cache.ByObject) map[client.Object]cache.ByObject {
+	out := map[client.Object]cache.ByObject{
+		&coordinationv1.Lease{}: {Label: labels.SelectorFromSet(labels.Set{corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex})},
+	}
+	for _, m := range extra {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // identityCheck reads the identity ConfigMap with a short timeout.

@@ -203,8 +203,8 @@ func ConsumerRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{corev1alpha1.GroupVersion.Group}, Resources: []string{"resourceslices"}, Verbs: all},
 		{APIGroups: []string{corev1alpha1.GroupVersion.Group}, Resources: []string{"resourceslices/status"}, Verbs: []string{"get"}},
-		{APIGroups: []string{"offloading.annex.dev"}, Resources: []string{"shadowpods", "shadowendpointslices"}, Verbs: all},
-		{APIGroups: []string{"offloading.annex.dev"}, Resources: []string{"shadowpods/status", "shadowendpointslices/status"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"offloading.annex.dev"}, Resources: []string{"remotenamespaces"}, Verbs: all},
+		{APIGroups: []string{"offloading.annex.dev"}, Resources: []string{"remotenamespaces/status"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets", "services"}, Verbs: all},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},

@@ -1,0 +1,336 @@
+// Package shadowendpointslice owns the provider side of endpoint reflection:
+// for every ShadowEndpointSlice a consumer creates in one of its remote
+// namespaces, it creates and keeps in sync a real discovery.k8s.io/v1
+// EndpointSlice with the same name and namespace, owned by the
+// ShadowEndpointSlice (deleting it garbage-collects the slice).
+//
+// Only ShadowEndpointSlices in namespaces labelled
+// annex.dev/managed-by=annex and annex.dev/remote-cluster-id=<consumer> are
+// handled. The real slice has the template's labels plus
+// endpointslice.kubernetes.io/managed-by=annex.dev (so Kubernetes' own
+// EndpointSlice controller leaves it alone), and must carry
+// kubernetes.io/service-name; its address type, ports and endpoints are the
+// template's, except that endpoints whose address is the pod IP of an
+// unfinished pod in the same namespace on this cluster are dropped (the
+// consumer's pods offloaded here: Kubernetes already publishes them for the
+// reflected Service), and the fields naming the consumer's nodes and pods
+// (nodeName, targetRef, hints, deprecatedTopology) are cleared. The number
+// of endpoints is bounded by the CRD (1000, as on an EndpointSlice).
+//
+// The annex.dev/direct-connections-data annotation is not acted on yet:
+// endpoints are published as the consumer wrote them.
+//
+// The status condition Ready is True when the slice matches the template,
+// False with reason Forbidden (an invalid template) or CreationFailed (the
+// API server refused the slice, or a slice of that name that is not ours is
+// in the way); a False answer is also a Warning Event.
+package shadowendpointslice
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=offloading.annex.dev,resources=shadowendpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups=offloading.annex.dev,resources=shadowendpointslices/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=offloading.annex.dev,resources=shadowendpointslices/finalizers,verbs=update
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// DefaultPendingRequeue is how soon a ShadowEndpointSlice is looked at again
+// while its EndpointSlice is being replaced.
+const DefaultPendingRequeue = 2 * time.Second
+
+// Options tune the reconciler. The zero value means the defaults.
+type Options struct {
+	// Clock stamps condition transition times (default: the real clock).
+	Clock clock.PassiveClock
+	// PendingRequeue is how soon to look again while an EndpointSlice is
+	// being replaced (DefaultPendingRequeue).
+	PendingRequeue time.Duration
+}
+
+// Reconciler publishes the consumers' ShadowEndpointSlices as EndpointSlices.
+type Reconciler struct {
+	client   client.Client
+	recorder events.EventRecorder
+	opts     Options
+}
+
+// New returns the reconciler. c reads ShadowEndpointSlices, namespaces and
+// pods, writes EndpointSlices and patches ShadowEndpointSlice status;
+// recorder receives a Warning Event when a slice cannot be published.
+func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconciler {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.PendingRequeue <= 0 {
+		opts.PendingRequeue = DefaultPendingRequeue
+	}
+	return &Reconciler{client: c, recorder: recorder, opts: opts}
+}
+
+// Reconcile publishes one ShadowEndpointSlice.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	ses := &offloadingv1alpha1.ShadowEndpointSlice{}
+	if err := r.client.Get(ctx, req.NamespacedName, ses); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	ns := &corev1.Namespace{}
+	if err := r.client.Get(ctx, client.ObjectKey{Name: ses.Namespace}, ns); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	consumer := consumerOf(ns)
+	if consumer == "" || !ses.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("consumer", consumer))
+
+	if msg := ValidateTemplate(&ses.Spec.Template); msg != "" {
+		if err := r.deleteOurs(ctx, ses); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.setReady(ctx, ses, false, offloadingv1alpha1.ReasonForbidden, msg)
+	}
+
+	pods := &corev1.PodList{}
+	if err := r.client.List(ctx, pods, client.InNamespace(ses.Namespace)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list pods: %w", err)
+	}
+	eps, dropped := Endpoints(ses.Spec.Template.Endpoints, LocalIPs(pods.Items))
+	want, err := r.desired(ses, eps)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	got := &discoveryv1.EndpointSlice{}
+	err = r.client.Get(ctx, req.NamespacedName, got)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := r.client.Create(ctx, want); err != nil {
+			if refused(err) {
+				return ctrl.Result{}, r.setReady(ctx, ses, false, offloadingv1alpha1.ReasonCreationFailed, "cannot create the EndpointSlice: "+err.Error())
+			}
+			return ctrl.Result{}, fmt.Errorf("create EndpointSlice: %w", err)
+		}
+		ctrl.LoggerFrom(ctx).V(1).Info("Created EndpointSlice")
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("get EndpointSlice: %w", err)
+	case !metav1.IsControlledBy(got, ses):
+		if !got.DeletionTimestamp.IsZero() || isShadowRef(metav1.GetControllerOf(got)) {
+			// A previous ShadowEndpointSlice's slice, being garbage-collected.
+			return ctrl.Result{RequeueAfter: r.opts.PendingRequeue}, nil
+		}
+		return ctrl.Result{}, r.setReady(ctx, ses, false, offloadingv1alpha1.ReasonCreationFailed,
+			fmt.Sprintf("EndpointSlice %s already exists on this provider and does not belong to this ShadowEndpointSlice", got.Name))
+	case got.AddressType != want.AddressType:
+		// addressType is immutable: replace the slice.
+		uid := got.UID
+		if err := r.client.Delete(ctx, got, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("replace EndpointSlice: %w", err)
+		}
+		return ctrl.Result{RequeueAfter: r.opts.PendingRequeue}, nil
+	case !same(got, want):
+		got.Labels = want.Labels
+		got.Endpoints = want.Endpoints
+		got.Ports = want.Ports
+		if err := r.client.Update(ctx, got); err != nil {
+			if refused(err) {
+				return ctrl.Result{}, r.setReady(ctx, ses, false, offloadingv1alpha1.ReasonCreationFailed, "cannot update the EndpointSlice: "+err.Error())
+			}
+			return ctrl.Result{}, fmt.Errorf("update EndpointSlice: %w", err)
+		}
+		ctrl.LoggerFrom(ctx).V(1).Info("Updated EndpointSlice")
+	}
+	return ctrl.Result{}, r.setReady(ctx, ses, true, offloadingv1alpha1.ReasonReconciled,
+		fmt.Sprintf("EndpointSlice is up to date: %d endpoints, %d dropped (pods of this cluster)", len(eps), dropped))
+}
+
+// desired is the EndpointSlice of ses with endpoints eps.
+func (r *Reconciler) desired(ses *offloadingv1alpha1.ShadowEndpointSlice, eps []discoveryv1.Endpoint) (*discoveryv1.EndpointSlice, error) {
+	t := &ses.Spec.Template
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: ses.Name, Namespace: ses.Namespace, Labels: Labels(t)},
+		AddressType: t.AddressType,
+		Endpoints:   eps,
+		Ports:       defaultedPorts(t.Ports),
+	}
+	if err := controllerutil.SetControllerReference(ses, s, r.client.Scheme()); err != nil {
+		return nil, fmt.Errorf("set owner: %w", err)
+	}
+	return s, nil
+}
+
+// defaultedPorts returns ports with the API server's defaults applied (name
+// "", protocol TCP), so that a stored slice compares equal to its template.
+func defaultedPorts(ports []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
+	out := make([]discoveryv1.EndpointPort, len(ports))
+	for i := range ports {
+		p := *ports[i].DeepCopy()
+		if p.Name == nil {
+			p.Name = ptr.To("")
+		}
+		if p.Protocol == nil {
+			p.Protocol = ptr.To(corev1.ProtocolTCP)
+		}
+		out[i] = p
+	}
+	return out
+}
+
+// same reports whether got already has want's labels, endpoints and ports.
+func same(got, want *discoveryv1.EndpointSlice) bool {
+	return maps.Equal(got.Labels, want.Labels) &&
+		apiequality.Semantic.DeepEqual(got.Endpoints, want.Endpoints) &&
+		apiequality.Semantic.DeepEqual(got.Ports, want.Ports)
+}
+
+// deleteOurs deletes the EndpointSlice of ses, if it has one.
+func (r *Reconciler) deleteOurs(ctx context.Context, ses *offloadingv1alpha1.ShadowEndpointSlice) error {
+	got := &discoveryv1.EndpointSlice{}
+	if err := r.client.Get(ctx, client.ObjectKeyFromObject(ses), got); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(got, ses) || !got.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	uid := got.UID
+	if err := r.client.Delete(ctx, got, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete EndpointSlice: %w", err)
+	}
+	return nil
+}
+
+// setReady writes the Ready condition when it changes, with a Warning Event
+// when it becomes False or its message changes while False.
+func (r *Reconciler) setReady(ctx context.Context, ses *offloadingv1alpha1.ShadowEndpointSlice, ready bool, reason, msg string) error {
+	orig := ses.DeepCopy()
+	status := metav1.ConditionFalse
+	if ready {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&ses.Status.Conditions, metav1.Condition{
+		Type:               offloadingv1alpha1.ConditionReady,
+		Status:             status,
+		ObservedGeneration: ses.Generation,
+		LastTransitionTime: metav1.NewTime(r.opts.Clock.Now()),
+		Reason:             reason,
+		Message:            msg,
+	})
+	if apiequality.Semantic.DeepEqual(orig.Status, ses.Status) {
+		return nil
+	}
+	if err := r.client.Status().Patch(ctx, ses, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("write status: %w", err)
+	}
+	if !ready {
+		ctrl.LoggerFrom(ctx).Info("Cannot publish ShadowEndpointSlice", "reason", reason, "message", msg)
+		r.recorder.Eventf(ses, nil, corev1.EventTypeWarning, reason, "Publish", "%s", msg)
+	}
+	return nil
+}
+
+// refused reports whether err is an answer that retrying the same request
+// cannot change.
+func refused(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err)
+}
+
+// consumerOf returns the consumer namespace ns belongs to, or "" when it is
+// not a namespace Annex manages for a consumer.
+func consumerOf(ns *corev1.Namespace) string {
+	if ns.Labels[corev1alpha1.LabelManagedBy] != corev1alpha1.ManagedByAnnex {
+		return ""
+	}
+	return ns.Labels[corev1alpha1.LabelRemoteClusterID]
+}
+
+// isShadowRef reports whether ref refers to a ShadowEndpointSlice.
+func isShadowRef(ref *metav1.OwnerReference) bool {
+	if ref == nil || ref.Kind != "ShadowEndpointSlice" {
+		return false
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && gv.Group == offloadingv1alpha1.GroupVersion.Group
+}
+
+// SetupWithManager registers the controller "shadowendpointslice" on mgr. It
+// is triggered by ShadowEndpointSlice creation and spec changes, by changes
+// of the EndpointSlices it owns (labelled managed-by=annex.dev), and by pods
+// appearing, disappearing, changing IPs or finishing, which re-evaluates
+// every ShadowEndpointSlice of their namespace.
+//
+// It reads EndpointSlices and pods from the manager's cache; it needs no
+// restriction of it (the consumer side of Annex reads every EndpointSlice
+// from the same cache).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		return o.GetLabels()[discoveryv1.LabelManagedBy] == ManagedBy
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("shadowendpointslice").
+		For(&offloadingv1alpha1.ShadowEndpointSlice{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&discoveryv1.EndpointSlice{}, builder.WithPredicates(ours)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.slicesInNamespace), builder.WithPredicates(podAddressChanged())).
+		Complete(r)
+}
+
+// slicesInNamespace enqueues every ShadowEndpointSlice in o's namespace.
+func (r *Reconciler) slicesInNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	list := &offloadingv1alpha1.ShadowEndpointSliceList{}
+	if err := r.client.List(ctx, list, client.InNamespace(o.GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Cannot list ShadowEndpointSlices", "namespace", o.GetNamespace())
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}
+
+// podAddressChanged passes pod creations and deletions, and updates that
+// change the pod's IPs or whether it has finished.
+func podAddressChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*corev1.Pod)
+			n, ok2 := e.ObjectNew.(*corev1.Pod)
+			if !ok1 || !ok2 {
+				return true
+			}
+			before, after := map[string]bool{}, map[string]bool{}
+			addPodIPs(before, o)
+			addPodIPs(after, n)
+			return !maps.Equal(before, after)
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}

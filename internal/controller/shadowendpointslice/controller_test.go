@@ -1,0 +1,273 @@
+package shadowendpointslice
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+)
+
+var now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+const ns = "web-alpha"
+
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, offloadingv1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func namespace(name, consumer string) *corev1.Namespace {
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if consumer != "" {
+		n.Labels = map[string]string{corev1alpha1.LabelRemoteClusterID: consumer, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}
+	}
+	return n
+}
+
+func endpoint(addr string) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}
+}
+
+func shadow(mutate ...func(*offloadingv1alpha1.ShadowEndpointSlice)) *offloadingv1alpha1.ShadowEndpointSlice {
+	s := &offloadingv1alpha1.ShadowEndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-abcde", UID: "ses-uid", Generation: 2},
+		Spec: offloadingv1alpha1.ShadowEndpointSliceSpec{Template: offloadingv1alpha1.EndpointSliceTemplate{
+			Labels:      map[string]string{discoveryv1.LabelServiceName: "web"},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{endpoint("10.2.0.1"), endpoint("10.1.0.7"), endpoint("10.3.0.1")},
+			Ports:       []discoveryv1.EndpointPort{{Port: ptr.To[int32](80)}},
+		}},
+	}
+	for _, m := range mutate {
+		m(s)
+	}
+	return s
+}
+
+// realSlice is the EndpointSlice the controller keeps for shadow().
+func realSlice(mutate ...func(*discoveryv1.EndpointSlice)) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns, Name: "web-abcde",
+			Labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: ManagedBy},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: offloadingv1alpha1.GroupVersion.String(), Kind: "ShadowEndpointSlice", Name: "web-abcde", UID: "ses-uid",
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{endpoint("10.2.0.1"), endpoint("10.3.0.1")},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(""), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](80)}},
+	}
+	for _, m := range mutate {
+		m(s)
+	}
+	return s
+}
+
+// localPod is a pod of this cluster with IP 10.1.0.7.
+func localPod() *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-0"},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.1.0.7", PodIPs: []corev1.PodIP{{IP: "10.1.0.7"}}},
+	}
+}
+
+func ready(status metav1.ConditionStatus, reason, msg string) offloadingv1alpha1.ShadowEndpointSliceStatus {
+	return offloadingv1alpha1.ShadowEndpointSliceStatus{Conditions: []metav1.Condition{{
+		Type: offloadingv1alpha1.ConditionReady, Status: status, ObservedGeneration: 2,
+		LastTransitionTime: metav1.NewTime(now), Reason: reason, Message: msg,
+	}}}
+}
+
+func TestReconcile(t *testing.T) {
+	s := testScheme(t)
+	base := []client.Object{namespace(ns, "alpha"), localPod()}
+	upToDate := ready(metav1.ConditionTrue, offloadingv1alpha1.ReasonReconciled, "EndpointSlice is up to date: 2 endpoints, 1 dropped (pods of this cluster)")
+	const noService = "spec.template.labels must carry kubernetes.io/service-name: the EndpointSlice must belong to a Service"
+	const notOurs = "EndpointSlice web-abcde already exists on this provider and does not belong to this ShadowEndpointSlice"
+
+	tests := []struct {
+		name        string
+		objs        []client.Object
+		ses         *offloadingv1alpha1.ShadowEndpointSlice
+		want        offloadingv1alpha1.ShadowEndpointSliceStatus
+		wantSlice   *discoveryv1.EndpointSlice // nil: there must be none
+		wantEvents  []string
+		wantRequeue bool
+	}{
+		{
+			name:      "created, without the endpoints of this cluster's pods",
+			objs:      base,
+			ses:       shadow(),
+			want:      upToDate,
+			wantSlice: realSlice(),
+		},
+		{
+			name: "outdated slice updated",
+			objs: append([]client.Object{realSlice(func(s *discoveryv1.EndpointSlice) {
+				s.Labels["stale"] = "true"
+				s.Endpoints = []discoveryv1.Endpoint{endpoint("10.9.9.9")}
+			})}, base...),
+			ses:       shadow(),
+			want:      upToDate,
+			wantSlice: realSlice(),
+		},
+		{
+			name:      "up to date: nothing written",
+			objs:      append([]client.Object{realSlice()}, base...),
+			ses:       shadow(func(s *offloadingv1alpha1.ShadowEndpointSlice) { s.Status = upToDate }),
+			want:      upToDate,
+			wantSlice: realSlice(),
+		},
+		{
+			name: "address type changed: the slice is replaced",
+			objs: append([]client.Object{realSlice(func(s *discoveryv1.EndpointSlice) {
+				s.AddressType = discoveryv1.AddressTypeIPv6
+			})}, base...),
+			ses:         shadow(),
+			wantRequeue: true,
+		},
+		{
+			name: "refused: no service name; the previous slice is deleted",
+			objs: append([]client.Object{realSlice()}, base...),
+			ses: shadow(func(s *offloadingv1alpha1.ShadowEndpointSlice) {
+				s.Spec.Template.Labels = map[string]string{"app": "web"}
+			}),
+			want:       ready(metav1.ConditionFalse, offloadingv1alpha1.ReasonForbidden, noService),
+			wantEvents: []string{"Warning Forbidden " + noService},
+		},
+		{
+			name: "refused: a slice of that name that is not ours",
+			objs: append([]client.Object{realSlice(func(s *discoveryv1.EndpointSlice) {
+				s.OwnerReferences = nil
+				s.Labels = map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}
+			})}, base...),
+			ses:  shadow(),
+			want: ready(metav1.ConditionFalse, offloadingv1alpha1.ReasonCreationFailed, notOurs),
+			wantSlice: realSlice(func(s *discoveryv1.EndpointSlice) {
+				s.OwnerReferences = nil
+				s.Labels = map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}
+			}),
+			wantEvents: []string{"Warning CreationFailed " + notOurs},
+		},
+		{
+			name: "the slice of a previous ShadowEndpointSlice is waited for",
+			objs: append([]client.Object{realSlice(func(s *discoveryv1.EndpointSlice) {
+				s.OwnerReferences[0].UID = types.UID("previous")
+			})}, base...),
+			ses: shadow(),
+			wantSlice: realSlice(func(s *discoveryv1.EndpointSlice) {
+				s.OwnerReferences[0].UID = types.UID("previous")
+			}),
+			wantRequeue: true,
+		},
+		{
+			name: "a namespace not managed for a consumer is ignored",
+			objs: []client.Object{namespace(ns, "")},
+			ses:  shadow(),
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := fake.NewClientBuilder().WithScheme(s).
+				WithStatusSubresource(&offloadingv1alpha1.ShadowEndpointSlice{}).
+				WithObjects(append(append([]client.Object{}, tc.objs...), tc.ses)...).Build()
+			rec := events.NewFakeRecorder(10)
+			r := New(c, rec, Options{Clock: clocktesting.NewFakePassiveClock(now)})
+			req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tc.ses)}
+
+			res, err := r.Reconcile(ctx, req)
+			if err != nil {
+				t.Fatalf("Reconcile() error = %v", err)
+			}
+			if got := res.RequeueAfter > 0; got != tc.wantRequeue {
+				t.Errorf("Reconcile() = %+v, want requeue %v", res, tc.wantRequeue)
+			}
+			if !tc.wantRequeue {
+				// A second pass must change nothing and record no Event.
+				if res, err := r.Reconcile(ctx, req); err != nil || !res.IsZero() {
+					t.Errorf("second Reconcile() = %+v, %v; want nothing to do", res, err)
+				}
+			}
+
+			got := &offloadingv1alpha1.ShadowEndpointSlice{}
+			if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got.Status); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+			slice := &discoveryv1.EndpointSlice{}
+			if err := c.Get(ctx, req.NamespacedName, slice); err != nil {
+				if !apierrors.IsNotFound(err) {
+					t.Fatal(err)
+				}
+				slice = nil
+			}
+			if diff := cmp.Diff(tc.wantSlice, slice, cmpopts.IgnoreFields(metav1.ObjectMeta{}, "ResourceVersion"),
+				cmpopts.IgnoreTypes(metav1.TypeMeta{})); diff != "" {
+				t.Errorf("EndpointSlice (-want +got):\n%s", diff)
+			}
+			close(rec.Events)
+			var gotEvents []string
+			for e := range rec.Events {
+				gotEvents = append(gotEvents, e)
+			}
+			if diff := cmp.Diff(tc.wantEvents, gotEvents); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestAddressTypeChangeCompletes follows a replaced slice to its new version.
+func TestAddressTypeChangeCompletes(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).
+		WithStatusSubresource(&offloadingv1alpha1.ShadowEndpointSlice{}).
+		WithObjects(namespace(ns, "alpha"), realSlice(func(s *discoveryv1.EndpointSlice) { s.AddressType = discoveryv1.AddressTypeIPv6 }), shadow()).Build()
+	r := New(c, events.NewFakeRecorder(10), Options{Clock: clocktesting.NewFakePassiveClock(now)})
+	req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "web-abcde"}}
+	for range 2 {
+		if _, err := r.Reconcile(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := &discoveryv1.EndpointSlice{}
+	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	// No local pod here: every endpoint is kept.
+	want := realSlice(func(s *discoveryv1.EndpointSlice) {
+		s.Endpoints = []discoveryv1.Endpoint{endpoint("10.2.0.1"), endpoint("10.1.0.7"), endpoint("10.3.0.1")}
+	})
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(metav1.ObjectMeta{}, "ResourceVersion"), cmpopts.IgnoreTypes(metav1.TypeMeta{})); diff != "" {
+		t.Errorf("EndpointSlice (-want +got):\n%s", diff)
+	}
+}

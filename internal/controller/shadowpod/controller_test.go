@@ -1,0 +1,401 @@
+package shadowpod
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/replicator"
+)
+
+var now = metav1.NewTime(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, corev1alpha1.AddToScheme, offloadingv1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// remoteNS is a namespace of consumer; "" gives an unmanaged namespace.
+func remoteNS(name, consumer string) *corev1.Namespace {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if consumer != "" {
+		ns.Labels = map[string]string{corev1alpha1.LabelRemoteClusterID: consumer, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}
+	}
+	return ns
+}
+
+// slice is a ResourceSlice replica of consumer in its tenant namespace.
+func slice(t *testing.T, name, consumer string, phase corev1alpha1.ResourceSlicePhase, granted string, mutate ...func(*corev1alpha1.ResourceSlice)) *corev1alpha1.ResourceSlice {
+	rs := &corev1alpha1.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: corev1alpha1.TenantNamespaceName(consumer), Name: name,
+			Annotations: map[string]string{replicator.AnnotationOriginNamespace: "annex-tenant-beta"},
+		},
+		Spec:   corev1alpha1.ResourceSliceSpec{ConsumerClusterID: consumer, ProviderClusterID: "beta", Resources: rl(t, granted)},
+		Status: corev1alpha1.ResourceSliceStatus{Phase: phase},
+	}
+	if phase == corev1alpha1.ResourceSliceAccepted {
+		rs.Status.Resources = rl(t, granted)
+	}
+	for _, m := range mutate {
+		m(rs)
+	}
+	return rs
+}
+
+func shadowPod(t *testing.T, ns, name, requests string, mutate ...func(*offloadingv1alpha1.ShadowPod)) *offloadingv1alpha1.ShadowPod {
+	sp := &offloadingv1alpha1.ShadowPod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "/" + name), Generation: 1},
+		Spec: offloadingv1alpha1.ShadowPodSpec{
+			Pod: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "app", Image: "nginx", Resources: corev1.ResourceRequirements{Requests: rl(t, requests)},
+			}}},
+			PodLabels:      map[string]string{"app": "web"},
+			PodAnnotations: map[string]string{"note": "offloaded"},
+		},
+	}
+	for _, m := range mutate {
+		m(sp)
+	}
+	return sp
+}
+
+// podOf is the pod the controller creates for sp.
+func podOf(sp *offloadingv1alpha1.ShadowPod, mutate ...func(*corev1.Pod)) *corev1.Pod {
+	labels := map[string]string{LabelShadowPod: sp.Name}
+	for k, v := range sp.Spec.PodLabels {
+		labels[k] = v
+	}
+	var annotations map[string]string
+	if len(sp.Spec.PodAnnotations) > 0 {
+		annotations = map[string]string{}
+		for k, v := range sp.Spec.PodAnnotations {
+			annotations[k] = v
+		}
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: sp.Namespace, Name: sp.Name, Labels: labels, Annotations: annotations,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: offloadingv1alpha1.GroupVersion.String(), Kind: "ShadowPod", Name: sp.Name, UID: sp.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: *sp.Spec.Pod.DeepCopy(),
+	}
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+func running(p *corev1.Pod) {
+	p.Status = corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: "10.1.0.7", PodIPs: []corev1.PodIP{{IP: "10.1.0.7"}}, StartTime: &now,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, RestartCount: 2, Image: "nginx",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}},
+	}
+}
+
+func withStatus(phase corev1.PodPhase, reason, msg string) func(*offloadingv1alpha1.ShadowPod) {
+	return func(sp *offloadingv1alpha1.ShadowPod) {
+		sp.Status = offloadingv1alpha1.ShadowPodStatus{Phase: phase, Reason: reason, Message: msg}
+	}
+}
+
+var runningStatus = offloadingv1alpha1.ShadowPodStatus{
+	Phase: corev1.PodRunning, PodIP: "10.1.0.7", PodIPs: []corev1.PodIP{{IP: "10.1.0.7"}}, StartTime: &now,
+	Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
+	ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, RestartCount: 2, Image: "nginx",
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}},
+}
+
+const (
+	ns      = "web-alpha"
+	quotaRe = "spec.pod: the requests of its containers would take consumer alpha over the resources granted by its accepted ResourceSlices: "
+)
+
+func TestReconcile(t *testing.T) {
+	s := testScheme(t)
+	base := []client.Object{
+		remoteNS("annex-tenant-alpha", "alpha"), remoteNS(ns, "alpha"), remoteNS("shop-alpha", "alpha"), remoteNS("web-gamma", "gamma"),
+		slice(t, "peering", "alpha", corev1alpha1.ResourceSliceAccepted, "cpu=4,memory=8Gi,pods=10"),
+	}
+	web := shadowPod(t, ns, "web", "cpu=1,memory=1Gi")
+	hostNet := shadowPod(t, ns, "web", "cpu=1", func(sp *offloadingv1alpha1.ShadowPod) { sp.Spec.Pod.HostNetwork = true })
+	big := shadowPod(t, ns, "web", "cpu=2")
+	other := func(namespace, name, requests string, mutate ...func(*offloadingv1alpha1.ShadowPod)) []client.Object {
+		o := shadowPod(t, namespace, name, requests, mutate...)
+		return []client.Object{o, podOf(o, running)}
+	}
+	const hostNetMsg = "spec.pod.hostNetwork: Forbidden: sharing the node's network namespace: " + hint
+
+	tests := []struct {
+		name        string
+		objs        []client.Object
+		sp          *offloadingv1alpha1.ShadowPod
+		opts        Options
+		want        offloadingv1alpha1.ShadowPodStatus
+		wantPod     *corev1.Pod // nil: there must be no pod
+		wantEvents  []string
+		wantRequeue bool
+	}{
+		{
+			name:    "pod created",
+			objs:    base,
+			sp:      web,
+			wantPod: podOf(web),
+		},
+		{
+			name:    "status mirrored",
+			objs:    append(append([]client.Object{}, base...), podOf(web, running)),
+			sp:      web,
+			want:    runningStatus,
+			wantPod: podOf(web, running),
+		},
+		{
+			name: "labels and annotations added, others kept",
+			objs: append(append([]client.Object{}, base...), podOf(web, running, func(p *corev1.Pod) {
+				p.Labels = map[string]string{LabelShadowPod: "web", "app": "old"}
+				p.Annotations = map[string]string{"cni.example/ip": "10.1.0.7"}
+			})),
+			sp:   web,
+			want: runningStatus,
+			wantPod: podOf(web, running, func(p *corev1.Pod) {
+				p.Annotations = map[string]string{"cni.example/ip": "10.1.0.7", "note": "offloaded"}
+			}),
+		},
+		{
+			name: "deleted pod re-created",
+			objs: base,
+			sp:   shadowPod(t, ns, "web", "cpu=1", withStatus(corev1.PodRunning, "", "")),
+			// The new pod's status is mirrored (empty: the fake client does
+			// not default the phase to Pending as an API server does).
+			want:    offloadingv1alpha1.ShadowPodStatus{},
+			wantPod: podOf(shadowPod(t, ns, "web", "cpu=1")),
+		},
+		{
+			name: "a succeeded pod is never re-created",
+			objs: base,
+			sp:   shadowPod(t, ns, "web", "cpu=1", withStatus(corev1.PodSucceeded, "", "")),
+			want: offloadingv1alpha1.ShadowPodStatus{Phase: corev1.PodSucceeded},
+		},
+		{
+			name: "a pod killed by its deletion is not mirrored as failed",
+			objs: append(append([]client.Object{}, base...), podOf(web, running, func(p *corev1.Pod) {
+				p.Status.Phase = corev1.PodFailed
+				p.DeletionTimestamp = &now
+				p.Finalizers = []string{"test/hold"}
+			})),
+			sp:   shadowPod(t, ns, "web", "cpu=1,memory=1Gi", withStatus(corev1.PodRunning, "", "")),
+			want: offloadingv1alpha1.ShadowPodStatus{Phase: corev1.PodRunning},
+			wantPod: podOf(web, running, func(p *corev1.Pod) {
+				p.Status.Phase = corev1.PodFailed
+				p.DeletionTimestamp = &now
+				p.Finalizers = []string{"test/hold"}
+			}),
+		},
+		{
+			name:       "refused: hostNetwork",
+			objs:       base,
+			sp:         hostNet,
+			want:       offloadingv1alpha1.ShadowPodStatus{Phase: corev1.PodFailed, Reason: offloadingv1alpha1.ReasonForbidden, Message: hostNetMsg},
+			wantEvents: []string{"Warning Forbidden " + hostNetMsg},
+		},
+		{
+			name:    "hostNetwork with --allow-privileged-shadowpods",
+			objs:    base,
+			sp:      hostNet,
+			opts:    Options{AllowPrivileged: true},
+			wantPod: podOf(hostNet),
+		},
+		{
+			name: "refused: quota, counting the consumer's pods in all its namespaces",
+			objs: join(base, other(ns, "a", "cpu=1"), other("shop-alpha", "b", "cpu=1500m")),
+			sp:   big,
+			want: offloadingv1alpha1.ShadowPodStatus{Phase: corev1.PodFailed, Reason: offloadingv1alpha1.ReasonQuotaExceeded,
+				Message: quotaRe + "cpu 2 requested + 2500m in use exceeds 4 granted"},
+			wantEvents: []string{"Warning QuotaExceeded " + quotaRe + "cpu 2 requested + 2500m in use exceeds 4 granted"},
+		},
+		{
+			name: "quota: finished, unadmitted and other consumers' ShadowPods do not count",
+			objs: join(base,
+				other(ns, "done", "cpu=3", withStatus(corev1.PodSucceeded, "", "")),
+				other("web-gamma", "theirs", "cpu=4"),
+				[]client.Object{
+					shadowPod(t, ns, "refused", "cpu=4", withStatus(corev1.PodFailed, offloadingv1alpha1.ReasonForbidden, "no")),
+					shadowPod(t, ns, "waiting", "cpu=4"),
+				}),
+			sp:      big,
+			wantPod: podOf(big),
+		},
+		{
+			name: "quota: slices not accepted, not replicas or of another consumer do not count",
+			objs: []client.Object{
+				remoteNS(ns, "alpha"),
+				slice(t, "denied", "alpha", corev1alpha1.ResourceSliceDenied, "cpu=100,memory=100Gi,pods=100"),
+				slice(t, "mine", "alpha", corev1alpha1.ResourceSliceAccepted, "cpu=100,memory=100Gi,pods=100", func(rs *corev1alpha1.ResourceSlice) {
+					rs.Annotations = nil
+				}),
+				slice(t, "spoofed", "alpha", corev1alpha1.ResourceSliceAccepted, "cpu=100,memory=100Gi,pods=100", func(rs *corev1alpha1.ResourceSlice) {
+					rs.Spec.ConsumerClusterID = "gamma"
+				}),
+			},
+			sp: web,
+			want: offloadingv1alpha1.ShadowPodStatus{Phase: corev1.PodFailed, Reason: offloadingv1alpha1.ReasonQuotaExceeded,
+				Message: "consumer alpha has no accepted ResourceSlice on this provider: no pod of it may run here"},
+			wantEvents: []string{"Warning QuotaExceeded consumer alpha has no accepted ResourceSlice on this provider: no pod of it may run here"},
+		},
+		{
+			name: "a namespace not managed for a consumer is ignored",
+			objs: []client.Object{remoteNS("default", "")},
+			sp:   shadowPod(t, "default", "web", "cpu=1"),
+		},
+		{
+			name: "refused: a foreign pod of the same name",
+			objs: append(append([]client.Object{}, base...), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}),
+			sp:   web,
+			want: offloadingv1alpha1.ShadowPodStatus{Phase: corev1.PodFailed, Reason: offloadingv1alpha1.ReasonCreationFailed,
+				Message: "pod web already exists on this provider and does not belong to this ShadowPod"},
+			wantPod:    &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}},
+			wantEvents: []string{"Warning CreationFailed pod web already exists on this provider and does not belong to this ShadowPod"},
+		},
+		{
+			name: "the pod of a previous ShadowPod of the same name is waited for",
+			objs: append(append([]client.Object{}, base...), podOf(shadowPod(t, ns, "web", "cpu=1", func(sp *offloadingv1alpha1.ShadowPod) {
+				sp.UID = "previous"
+			}))),
+			sp: web,
+			wantPod: podOf(shadowPod(t, ns, "web", "cpu=1", func(sp *offloadingv1alpha1.ShadowPod) {
+				sp.UID = "previous"
+			})),
+			wantRequeue: true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := fake.NewClientBuilder().WithScheme(s).
+				WithStatusSubresource(&offloadingv1alpha1.ShadowPod{}).
+				WithObjects(append(append([]client.Object{}, tc.objs...), tc.sp.DeepCopy())...).Build()
+			rec := events.NewFakeRecorder(10)
+			r := New(c, rec, tc.opts)
+			req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tc.sp)}
+
+			// Twice: the second pass must change nothing and record no Event.
+			for range 2 {
+				res, err := r.Reconcile(ctx, req)
+				if err != nil {
+					t.Fatalf("Reconcile() error = %v", err)
+				}
+				if got := res.RequeueAfter > 0; got != tc.wantRequeue {
+					t.Errorf("Reconcile() = %+v, want requeue %v", res, tc.wantRequeue)
+				}
+			}
+
+			got := &offloadingv1alpha1.ShadowPod{}
+			if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got.Status); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+			pod := &corev1.Pod{}
+			if err := c.Get(ctx, req.NamespacedName, pod); err != nil {
+				if !apierrors.IsNotFound(err) {
+					t.Fatal(err)
+				}
+				pod = nil
+			}
+			if diff := cmp.Diff(tc.wantPod, pod, cmpopts.IgnoreFields(metav1.ObjectMeta{}, "ResourceVersion"),
+				cmpopts.IgnoreTypes(metav1.TypeMeta{}), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("pod (-want +got):\n%s", diff)
+			}
+			close(rec.Events)
+			var gotEvents []string
+			for e := range rec.Events {
+				gotEvents = append(gotEvents, e)
+			}
+			if diff := cmp.Diff(tc.wantEvents, gotEvents); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// join concatenates object lists into a new one.
+func join(lists ...[]client.Object) []client.Object {
+	var out []client.Object
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	return out
+}
+
+// TestQuotaCountsPodsNotYetInCache admits two ShadowPods back to back while
+// the cache does not show the first one's pod yet: the second must still be
+// counted against the quota.
+func TestQuotaCountsPodsNotYetInCache(t *testing.T) {
+	ctx := context.Background()
+	first, second := shadowPod(t, ns, "first", "cpu=3"), shadowPod(t, ns, "second", "cpu=2")
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).
+		WithStatusSubresource(&offloadingv1alpha1.ShadowPod{}).
+		WithObjects(remoteNS(ns, "alpha"), slice(t, "peering", "alpha", corev1alpha1.ResourceSliceAccepted, "cpu=4,memory=8Gi,pods=10"), first, second).
+		WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*corev1.PodList); ok {
+				return nil // a cache that has not seen any pod yet
+			}
+			return c.List(ctx, list, opts...)
+		}}).Build()
+	r := New(c, events.NewFakeRecorder(10), Options{})
+	for _, sp := range []*offloadingv1alpha1.ShadowPod{first, second} {
+		if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(sp)}); err != nil {
+			t.Fatalf("Reconcile(%s) error = %v", sp.Name, err)
+		}
+	}
+	got := &offloadingv1alpha1.ShadowPod{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(second), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Reason != offloadingv1alpha1.ReasonQuotaExceeded {
+		t.Errorf("second ShadowPod status = %+v, want refused with %s", got.Status, offloadingv1alpha1.ReasonQuotaExceeded)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(second), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("second pod: err = %v, want NotFound", err)
+	}
+
+	// Once the first ShadowPod is gone, it no longer counts.
+	if err := c.Delete(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(first)}); err != nil {
+		t.Fatal(err)
+	}
+	if r.remembered(client.ObjectKeyFromObject(first), first.UID) {
+		t.Errorf("first ShadowPod still counted after its deletion")
+	}
+}
