@@ -4,11 +4,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"strings"
+	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
@@ -96,7 +100,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	id, err := readIdentity(mgr.GetAPIReader())
+	id, err := readIdentity(mgr.GetAPIReader(), log)
 	if err != nil {
 		return err
 	}
@@ -126,23 +130,44 @@ func run() error {
 			return fmt.Errorf("set up %T: %w", s, err)
 		}
 	}
-	return mgr.Start(ctrl.SetupSignalHandler())
+	err = mgr.Start(ctrl.SetupSignalHandler())
+	if err != nil && strings.Contains(err.Error(), "leader election lost") {
+		// Usually this cluster's own API server stopped answering. Start over
+		// as a fresh process (same PID, nothing of the old one left running)
+		// and campaign again, rather than exit and leave the cluster without
+		// an agent until something restarts it.
+		log.Error(err, "lost leadership; restarting")
+		time.Sleep(2 * time.Second)
+		self, _ := os.Executable()
+		return syscall.Exec(self, os.Args, os.Environ())
+	}
+	return err
 }
 
-// readIdentity reads the cluster identity, waiting briefly for it: the agent
-// may start right after `annexctl install`.
-func readIdentity(c client.Reader) (identity.Identity, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for {
+// readIdentity reads the cluster identity. Annex not being installed is
+// fatal after a short wait (the agent may start right after `annexctl
+// install`); an API server that does not answer is waited for.
+func readIdentity(c client.Reader, log logr.Logger) (identity.Identity, error) {
+	notInstalledSince := time.Time{}
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		id, err := identity.Read(ctx, c)
-		if err == nil {
+		cancel()
+		switch {
+		case err == nil:
 			return id, nil
+		case errors.Is(err, identity.ErrNotInstalled):
+			if notInstalledSince.IsZero() {
+				notInstalledSince = time.Now()
+			} else if time.Since(notInstalledSince) > 30*time.Second {
+				return id, fmt.Errorf("read this cluster's identity: %w", err)
+			}
+		default:
+			notInstalledSince = time.Time{}
+			if attempt%30 == 0 {
+				log.Error(err, "cannot read this cluster's identity yet; retrying")
+			}
 		}
-		select {
-		case <-ctx.Done():
-			return id, fmt.Errorf("read this cluster's identity: %w", err)
-		case <-time.After(time.Second):
-		}
+		time.Sleep(time.Second)
 	}
 }
