@@ -37,6 +37,7 @@ import (
 	"github.com/annexhq/annex/internal/identity"
 	"github.com/annexhq/annex/internal/remote"
 	"github.com/annexhq/annex/internal/version"
+	"github.com/annexhq/annex/internal/virtualnode"
 )
 
 func main() {
@@ -51,6 +52,7 @@ func run() error {
 	remoteOpts := remote.DefaultOptions()
 	var sliceOpts resourceslice.Options
 	var shadowPodOpts shadowpod.Options
+	vnOpts := virtualnode.DefaultOptions()
 	renewFraction := 2.0 / 3
 	heartbeatInterval := 30 * time.Second
 	tenantGrace := 15 * time.Minute
@@ -64,6 +66,7 @@ func run() error {
 	remoteOpts.BindFlags(fs)
 	sliceOpts.BindFlags(fs)
 	shadowPodOpts.BindFlags(fs)
+	vnOpts.BindFlags(fs)
 	fs.Float64Var(&renewFraction, "credentials-renew-fraction", renewFraction, "renew a peering token once this fraction of its lifetime has passed (0 < f < 1)")
 	fs.DurationVar(&heartbeatInterval, "consumer-heartbeat-interval", heartbeatInterval, "how often this cluster, as a consumer, renews its heartbeat Lease on each provider")
 	fs.DurationVar(&tenantGrace, "tenant-grace-period", tenantGrace, "how long this cluster, as a provider, keeps a tenant whose consumer stopped renewing its heartbeat before removing it and everything it offloaded")
@@ -121,6 +124,7 @@ func run() error {
 		remotenamespace.New(mgr.GetClient(), mgr.GetEventRecorder("annex-remotenamespace"), remotenamespace.Options{}),
 		shadowpod.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowpod"), shadowPodOpts),
 		shadowendpointslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowendpointslice"), shadowendpointslice.Options{}),
+		virtualnode.NewReconciler(mgr, remotes, id.ClusterID, vnOpts),
 		&heartbeat.Reconciler{Client: mgr.GetClient(), Remotes: remotes, LocalClusterID: id.ClusterID, Clock: clock.RealClock{}, Interval: heartbeatInterval},
 		&tenantgc.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("annex-tenantgc"), Clock: clock.RealClock{}, GracePeriod: tenantGrace},
 		resourceslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-resourceslice"), id.ClusterID, sliceOpts),

@@ -55,7 +55,7 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 		return err
 	}
 	for _, obj := range append(admission, rbac...) {
-		if obj.GetNamespace() != "" {
+		if obj.GetNamespace() == corev1alpha1.AgentNamespace {
 			continue // removed with the namespace
 		}
 		if err := deleteObj(obj); err != nil {

@@ -1,0 +1,39 @@
+// Package virtualnode owns the consumer side of offloading: one in-process
+// virtual-kubelet node per VirtualNode, hosted by the agent's leader.
+//
+// The Reconciler starts a virtual node for each VirtualNode (holding the
+// finalizer annex.dev/virtual-node so its Node never outlives it), keeps it
+// in step with the VirtualNode's spec (capacity, labels, taints), the
+// provider's ForeignCluster (spec.unreachable, existence), the providers'
+// reachability (internal/remote: OnTransition for the fast path, Subscribe
+// for the VirtualNode's status) and the NamespaceOffloadings whose remote
+// namespace on the provider is Ready. When the VirtualNode is deleted it
+// stops the node, deletes the Node and its Lease, and releases the
+// finalizer.
+//
+// A virtual node is made of:
+//
+//   - virtual-kubelet's node.NodeController: registers Node
+//     "annex-<provider>" (labels type=virtual-node,
+//     annex.dev/remote-cluster-id, kubernetes.io/hostname, kubernetes.io/os
+//     and spec.labels; taint annex.dev/virtual-node=<provider>:NoSchedule
+//     and spec.taints; capacity and allocatable from spec.resources; the
+//     InternalIP of Options.NodeIP), renews its Lease and writes its status.
+//     Ready follows the provider's reachability (Ready=False, reason
+//     ProviderUnreachable, while it is unreachable). The node controller
+//     only writes status and metadata, so the taints are kept in step by the
+//     virtual node itself (annotation annex.dev/applied-taints records which
+//     taints are its own);
+//   - virtual-kubelet's node.PodController, with the podreflector package as
+//     its provider (ShadowPods, status reflection, provider failure);
+//   - one pod informer, field-selected on spec.nodeName. Informers are per
+//     node rather than shared by the agent: a field selector cannot select
+//     "any of these nodes", so a shared informer would have to cache every
+//     pod of the cluster, while per-node informers cache only offloaded pods
+//     at the cost of one watch per virtual node. virtual-kubelet's nodeutil
+//     is not used because it would also start cluster-wide ConfigMap, Secret
+//     and Service informers per node.
+//
+// No kubelet HTTP endpoint is served yet (no logs or exec): the Node's
+// daemon endpoint port is 0.
+package virtualnode

@@ -1,0 +1,608 @@
+package podreflector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+)
+
+// fakeRemotes is a provider that is always configured; whether the reflector
+// may use it is what SetReachability says.
+type fakeRemotes struct {
+	c     client.WithWatch
+	token atomic.Pointer[string]
+}
+
+func (f *fakeRemotes) Client(string) (client.Client, error) { return f.c, nil }
+func (f *fakeRemotes) RESTConfig(string) (*rest.Config, error) {
+	cfg := &rest.Config{Host: "https://provider.invalid"}
+	if t := f.token.Load(); t != nil {
+		cfg.BearerToken = *t
+	}
+	return cfg, nil
+}
+
+// noWatchList tells the reflector that the fake client cannot stream the
+// initial list of a watch (WatchList semantics).
+type noWatchList struct{ *cache.ListWatch }
+
+func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
+
+// env is a Reflector wired to a fake local clientset and a fake provider.
+type env struct {
+	t       *testing.T
+	ctx     context.Context
+	local   *k8sfake.Clientset
+	remote  client.WithWatch
+	remotes *fakeRemotes
+	r       *Reflector
+	creates atomic.Int32 // ShadowPod creations
+	calls   atomic.Int32 // every remote call
+	// createErr, when set, is returned by ShadowPod creations.
+	createErr atomic.Pointer[error]
+}
+
+func testScheme(t *testing.T) *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, offloadingv1alpha1.AddToScheme, corev1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func newEnv(t *testing.T, pods []*corev1.Pod, spods ...*offloadingv1alpha1.ShadowPod) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &env{t: t, ctx: ctx}
+	scheme := testScheme(t)
+	objs := make([]runtime.Object, 0, len(pods))
+	for _, p := range pods {
+		objs = append(objs, p)
+	}
+	e.local = k8sfake.NewSimpleClientset(objs...)
+	var remoteObjs []client.Object
+	for _, sp := range spods {
+		remoteObjs = append(remoteObjs, sp)
+	}
+	e.remote = fake.NewClientBuilder().WithScheme(scheme).
+		WithStatusSubresource(&offloadingv1alpha1.ShadowPod{}).
+		WithObjects(remoteObjs...).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				e.calls.Add(1)
+				if p := e.createErr.Load(); p != nil {
+					return *p
+				}
+				e.creates.Add(1)
+				if obj.GetUID() == "" {
+					obj.SetUID(types.UID(fmt.Sprintf("sp-%s-%d", obj.GetName(), e.creates.Load())))
+				}
+				return c.Create(ctx, obj, opts...)
+			},
+			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+				e.calls.Add(1)
+				return c.Delete(ctx, obj, opts...)
+			},
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				e.calls.Add(1)
+				return c.Get(ctx, key, obj, opts...)
+			},
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				e.calls.Add(1)
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+		}).Build()
+
+	e.remotes = &fakeRemotes{c: e.remote}
+	factory := informers.NewSharedInformerFactory(e.local, 0)
+	podInf := factory.Core().V1().Pods()
+	inf := podInf.Informer()
+	e.r = New(Config{
+		NodeName: "annex-beta", NodeIP: "127.0.0.1", ProviderID: "beta", LocalClusterID: "alpha",
+		Local: e.local, Pods: podInf.Lister(), PodsSynced: inf.HasSynced,
+		Remotes: e.remotes, Scheme: scheme, Workers: 2,
+		Log: testr.NewWithOptions(t, testr.Options{Verbosity: 1}),
+	})
+	e.r.listWatch = func(_ rest.Interface, ns string) cache.ListerWatcher {
+		return noWatchList{&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+				list := &offloadingv1alpha1.ShadowPodList{}
+				err := e.remote.List(ctx, list, client.InNamespace(ns))
+				return list, err
+			},
+			WatchFuncWithContext: func(ctx context.Context, _ metav1.ListOptions) (watch.Interface, error) {
+				return e.remote.Watch(ctx, &offloadingv1alpha1.ShadowPodList{}, client.InNamespace(ns))
+			},
+		}}
+	}
+	if _, err := inf.AddEventHandler(e.r.PodEventHandler()); err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	e.r.SetNamespaces(map[string]string{"demo": "demo-alpha"})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := e.r.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		factory.Shutdown()
+	})
+	return e
+}
+
+func (e *env) eventually(what string, cond func() error) {
+	e.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (e *env) pod(name string) (*corev1.Pod, error) {
+	return e.local.CoreV1().Pods("demo").Get(e.ctx, name, metav1.GetOptions{})
+}
+
+func (e *env) shadow(name string) (*offloadingv1alpha1.ShadowPod, error) {
+	sp := &offloadingv1alpha1.ShadowPod{}
+	err := e.remote.Get(e.ctx, client.ObjectKey{Namespace: "demo-alpha", Name: name}, sp)
+	return sp, err
+}
+
+// waitSynced waits until the reflector sees the provider's view of "demo".
+func (e *env) waitSynced() {
+	e.t.Helper()
+	e.eventually("provider view synced", func() error {
+		if _, known := e.r.lookup("demo", "x"); !known {
+			return errors.New("not synced")
+		}
+		return nil
+	})
+}
+
+func localPod(name string, uid types.UID) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: name, UID: uid, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{NodeName: "annex-beta", Containers: []corev1.Container{{Name: "c", Image: "img"}},
+			Tolerations: []corev1.Toleration{{Key: corev1alpha1.TaintKeyVirtualNode, Operator: corev1.TolerationOpExists}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}},
+	}
+}
+
+func shadowOf(pod *corev1.Pod, uid types.UID) *offloadingv1alpha1.ShadowPod {
+	sp := BuildShadowPod(pod, "demo-alpha", "alpha", testNode)
+	sp.UID = uid
+	return sp
+}
+
+func runningStatus(ip string) offloadingv1alpha1.ShadowPodStatus {
+	return offloadingv1alpha1.ShadowPodStatus{
+		Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+		},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "c", Ready: true, RestartCount: 1,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
+	}
+}
+
+func (e *env) setShadowStatus(name string, st offloadingv1alpha1.ShadowPodStatus) {
+	e.t.Helper()
+	sp, err := e.shadow(name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sp.Status = st
+	if err := e.remote.Status().Update(e.ctx, sp); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func readyIs(p *corev1.Pod, want corev1.ConditionStatus) error {
+	c := getPodCondition(&p.Status, corev1.PodReady)
+	if c == nil || c.Status != want {
+		return fmt.Errorf("Ready %+v, want %s", c, want)
+	}
+	return nil
+}
+
+func (e *env) waitReady(name string, want corev1.ConditionStatus, unavailableLabel bool) {
+	e.t.Helper()
+	e.eventually("pod "+name+" Ready="+string(want), func() error {
+		p, err := e.pod(name)
+		if err != nil {
+			return err
+		}
+		if err := readyIs(p, want); err != nil {
+			return err
+		}
+		if hasLabel(p) != unavailableLabel {
+			return fmt.Errorf("remote-unavailable label present=%v", hasLabel(p))
+		}
+		return nil
+	})
+}
+
+func TestCreateAndReflectStatus(t *testing.T) {
+	e := newEnv(t, []*corev1.Pod{localPod("web", "uid-web")})
+	e.r.SetReachability(Reachable)
+	e.eventually("ShadowPod created", func() error { _, err := e.shadow("web"); return err })
+	sp, _ := e.shadow("web")
+	want := shadowOf(localPod("web", "uid-web"), "")
+	if diff := cmp.Diff(want.Spec, sp.Spec); diff != "" {
+		t.Errorf("ShadowPod spec (-want +got):\n%s", diff)
+	}
+	if OriginUID(sp) != "uid-web" || sp.Labels[corev1alpha1.LabelRemoteClusterID] != "alpha" {
+		t.Errorf("ShadowPod metadata %+v", sp.ObjectMeta)
+	}
+	e.eventually("Offloaded", func() error {
+		p, _ := e.pod("web")
+		if c := getPodCondition(&p.Status, ConditionOffloaded); c == nil || c.Status != corev1.ConditionTrue {
+			return fmt.Errorf("Offloaded %+v", c)
+		}
+		return nil
+	})
+
+	e.setShadowStatus("web", runningStatus("10.246.0.9"))
+	e.waitReady("web", corev1.ConditionTrue, false)
+	p, _ := e.pod("web")
+	if p.Status.Phase != corev1.PodRunning || p.Status.PodIP != "10.246.0.9" || p.Status.HostIP != "127.0.0.1" ||
+		p.Status.ContainerStatuses[0].RestartCount != 1 {
+		t.Errorf("pod status %+v", p.Status)
+	}
+
+	// Label changes reach the ShadowPod; the reflector never re-creates it.
+	p.Labels["tier"] = "front"
+	if _, err := e.local.CoreV1().Pods("demo").Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("labels pushed", func() error {
+		sp, _ := e.shadow("web")
+		if sp.Spec.PodLabels["tier"] != "front" {
+			return fmt.Errorf("podLabels %v", sp.Spec.PodLabels)
+		}
+		return nil
+	})
+	if n := e.creates.Load(); n != 1 {
+		t.Errorf("%d ShadowPod creations, want 1", n)
+	}
+}
+
+func TestAdoptAndReplaceStale(t *testing.T) {
+	adopted := localPod("adopted", "uid-a")
+	stale := localPod("stale", "uid-new")
+	e := newEnv(t, []*corev1.Pod{adopted, stale},
+		shadowOf(adopted, "sp-adopted-orig"),
+		shadowOf(localPod("stale", "uid-old"), "sp-stale-orig"))
+	e.r.SetReachability(Reachable)
+	e.eventually("stale ShadowPod replaced", func() error {
+		sp, err := e.shadow("stale")
+		if err != nil {
+			return err
+		}
+		if OriginUID(sp) != "uid-new" {
+			return fmt.Errorf("origin UID %s", OriginUID(sp))
+		}
+		return nil
+	})
+	sp, err := e.shadow("adopted")
+	if err != nil || sp.UID != "sp-adopted-orig" {
+		t.Fatalf("adopted ShadowPod: %v %v", sp.UID, err)
+	}
+	if n := e.creates.Load(); n != 1 {
+		t.Errorf("%d ShadowPod creations, want 1 (the replacement)", n)
+	}
+}
+
+func TestDeletion(t *testing.T) {
+	web := localPod("web", "uid-web")
+	e := newEnv(t, []*corev1.Pod{web}, shadowOf(web, "sp-web"),
+		shadowOf(localPod("orphan", "uid-gone"), "sp-orphan"))
+	e.r.SetReachability(Reachable)
+	e.eventually("orphan ShadowPod deleted", func() error {
+		if _, err := e.shadow("orphan"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("orphan: %v", err)
+		}
+		return nil
+	})
+
+	// The local pod is being deleted: the ShadowPod goes, then the pod.
+	p, _ := e.pod("web")
+	now := metav1.Now()
+	p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &now, new(int64(30))
+	if _, err := e.local.CoreV1().Pods("demo").Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.r.DeletePod(e.ctx, p); err != nil {
+		t.Errorf("DeletePod while reachable: %v", err)
+	}
+	e.eventually("ShadowPod and pod deleted", func() error {
+		if _, err := e.shadow("web"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("ShadowPod: %v", err)
+		}
+		if _, err := e.pod("web"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod: %v", err)
+		}
+		return nil
+	})
+}
+
+func TestRemoteDeletionReflected(t *testing.T) {
+	web := localPod("web", "uid-web")
+	e := newEnv(t, []*corev1.Pod{web})
+	e.r.SetReachability(Reachable)
+	e.eventually("Offloaded", func() error {
+		p, _ := e.pod("web")
+		if !wasOffloaded(p) {
+			return errors.New("not offloaded yet")
+		}
+		return nil
+	})
+	sp, _ := e.shadow("web")
+	if err := e.remote.Delete(e.ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("local pod deleted", func() error {
+		if _, err := e.pod("web"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod: %v", err)
+		}
+		return nil
+	})
+	if n := e.creates.Load(); n != 1 {
+		t.Errorf("the pod was re-created remotely (%d creations)", n)
+	}
+}
+
+func TestFinishedPodNeverCreated(t *testing.T) {
+	done := localPod("done", "uid-done")
+	done.Status.Phase = corev1.PodSucceeded
+	e := newEnv(t, []*corev1.Pod{done})
+	e.r.SetReachability(Reachable)
+	e.waitSynced()
+	time.Sleep(200 * time.Millisecond)
+	if n := e.creates.Load(); n != 0 {
+		t.Errorf("a finished pod was offloaded (%d creations)", n)
+	}
+}
+
+func TestRefusedPodFails(t *testing.T) {
+	e := newEnv(t, []*corev1.Pod{localPod("web", "uid-web")})
+	invalid := error(apierrors.NewInvalid(schema.GroupKind{Group: "offloading.annex.dev", Kind: "ShadowPod"}, "web",
+		field.ErrorList{field.Invalid(field.NewPath("spec", "pod", "hostNetwork"), true, "pod.hostNetwork is not allowed")}))
+	e.createErr.Store(&invalid)
+	e.r.SetReachability(Reachable)
+	e.eventually("pod Failed", func() error {
+		p, _ := e.pod("web")
+		if p.Status.Phase != corev1.PodFailed || p.Status.Reason != ReasonForbidden {
+			return fmt.Errorf("phase %s reason %s", p.Status.Phase, p.Status.Reason)
+		}
+		return nil
+	})
+}
+
+func TestNamespaceNotReady(t *testing.T) {
+	e := newEnv(t, []*corev1.Pod{localPod("web", "uid-web")})
+	e.r.SetNamespaces(nil)
+	e.r.SetReachability(Reachable)
+	e.eventually("condition", func() error {
+		p, _ := e.pod("web")
+		if c := getPodCondition(&p.Status, ConditionOffloaded); c == nil || c.Reason != ReasonRemoteNamespaceNotReady {
+			return fmt.Errorf("Offloaded %+v", c)
+		}
+		return nil
+	})
+	if err := e.r.CreatePod(e.ctx, localPod("web", "uid-web")); err != nil {
+		t.Errorf("CreatePod must not fail: %v", err)
+	}
+	e.r.SetNamespaces(map[string]string{"demo": "demo-alpha"})
+	e.eventually("created once the namespace is Ready", func() error { _, err := e.shadow("web"); return err })
+}
+
+func TestProviderFailure(t *testing.T) {
+	e := newEnv(t, []*corev1.Pod{localPod("web", "uid-web"), localPod("web-2", "uid-web-2")})
+	e.r.SetReachability(Reachable)
+	for _, n := range []string{"web", "web-2"} {
+		e.eventually("ShadowPod "+n, func() error { _, err := e.shadow(n); return err })
+		e.setShadowStatus(n, runningStatus("10.246.0.9"))
+		e.waitReady(n, corev1.ConditionTrue, false)
+	}
+
+	// Unreachable: every pod is marked at once, without any remote call.
+	calls := e.calls.Load()
+	start := time.Now()
+	e.r.SetReachability(Unreachable)
+	for _, n := range []string{"web", "web-2"} {
+		e.waitReady(n, corev1.ConditionFalse, true)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("marking took %s", d)
+	}
+	p, _ := e.pod("web")
+	if c := getPodCondition(&p.Status, corev1.ContainersReady); c == nil || c.Status != corev1.ConditionFalse || c.Reason != ReasonProviderUnreachable {
+		t.Errorf("ContainersReady %+v", c)
+	}
+	if p.Status.Phase != corev1.PodRunning || p.Status.PodIP != "10.246.0.9" {
+		t.Errorf("the last known state must be kept: %+v", p.Status)
+	}
+
+	// A deletion is postponed: DeletePod fails so virtual-kubelet keeps the
+	// pod terminating.
+	p2, _ := e.pod("web-2")
+	ts := metav1.Now()
+	p2.DeletionTimestamp, p2.DeletionGracePeriodSeconds = &ts, new(int64(30))
+	if _, err := e.local.CoreV1().Pods("demo").Update(e.ctx, p2, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.r.DeletePod(e.ctx, p2); err == nil {
+		t.Error("DeletePod succeeded while the provider is unreachable")
+	}
+	// Writes by others do not flip the marking back: the reflector marks again.
+	p, _ = e.pod("web")
+	for i := range p.Status.Conditions {
+		p.Status.Conditions[i].Status = corev1.ConditionTrue
+	}
+	delete(p.Labels, corev1alpha1.LabelRemoteUnavailable)
+	if _, err := e.local.CoreV1().Pods("demo").UpdateStatus(e.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitReady("web", corev1.ConditionFalse, true)
+	time.Sleep(200 * time.Millisecond)
+	if n := e.calls.Load(); n != calls {
+		t.Errorf("%d remote calls while the provider is unreachable", n-calls)
+	}
+	if _, err := e.shadow("web-2"); err != nil {
+		t.Errorf("ShadowPod web-2 deleted while unreachable: %v", err)
+	}
+
+	// Recovery: the remote truth comes back, the postponed deletion is done.
+	e.r.SetReachability(Reachable)
+	e.waitReady("web", corev1.ConditionTrue, false)
+	e.eventually("postponed deletion", func() error {
+		if _, err := e.shadow("web-2"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("ShadowPod web-2: %v", err)
+		}
+		if _, err := e.pod("web-2"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod web-2: %v", err)
+		}
+		return nil
+	})
+}
+
+func TestPermanentlyUnreachable(t *testing.T) {
+	web := localPod("web", "uid-web")
+	e := newEnv(t, []*corev1.Pod{web}, shadowOf(web, "sp-web"))
+	e.r.SetReachability(PermanentlyUnreachable)
+	e.waitReady("web", corev1.ConditionFalse, true)
+	p, _ := e.pod("web")
+	ts := metav1.Now()
+	p.DeletionTimestamp = &ts
+	if _, err := e.local.CoreV1().Pods("demo").Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.r.DeletePod(e.ctx, p); err != nil {
+		t.Errorf("DeletePod: %v", err)
+	}
+	e.eventually("local pod deleted without remote clean-up", func() error {
+		if _, err := e.pod("web"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod: %v", err)
+		}
+		return nil
+	})
+	if n := e.calls.Load(); n != 0 {
+		t.Errorf("%d remote calls to a permanently unreachable provider", n)
+	}
+}
+
+func TestUnknownTouchesNothing(t *testing.T) {
+	p := localPod("web", "uid-web")
+	p.Labels[corev1alpha1.LabelRemoteUnavailable] = "true"
+	e := newEnv(t, []*corev1.Pod{p})
+	time.Sleep(200 * time.Millisecond)
+	got, _ := e.pod("web")
+	if !hasLabel(got) || e.calls.Load() != 0 {
+		t.Errorf("the reflector acted before the provider's first verdict: labels %v, %d remote calls", got.Labels, e.calls.Load())
+	}
+	if err := e.r.DeletePod(e.ctx, got); err == nil {
+		t.Error("DeletePod succeeded before the provider's first verdict")
+	}
+	// The first verdict clears the label left by a previous agent.
+	e.r.SetReachability(Reachable)
+	e.eventually("label cleared", func() error {
+		got, _ := e.pod("web")
+		if hasLabel(got) {
+			return errors.New("label kept")
+		}
+		return nil
+	})
+}
+
+func TestGetPods(t *testing.T) {
+	web := localPod("web", "uid-web")
+	e := newEnv(t, []*corev1.Pod{web}, shadowOf(web, "sp-web"))
+	if _, err := e.r.GetPod(e.ctx, "demo", "web"); err == nil {
+		t.Error("GetPod without a provider view")
+	}
+	e.r.SetReachability(Reachable)
+	e.waitSynced()
+	pod, err := e.r.GetPod(e.ctx, "demo", "web")
+	if err != nil || pod.UID != "uid-web" || pod.Namespace != "demo" {
+		t.Fatalf("GetPod: %+v, %v", pod, err)
+	}
+	pods, err := e.r.GetPods(e.ctx)
+	if err != nil || len(pods) != 1 {
+		t.Fatalf("GetPods: %d pods, %v", len(pods), err)
+	}
+	if _, err := e.r.GetPodStatus(e.ctx, "demo", "web"); err != nil {
+		t.Fatalf("GetPodStatus: %v", err)
+	}
+}
+
+func TestCredentialsRotationRestartsSession(t *testing.T) {
+	web := localPod("web", "uid-web")
+	e := newEnv(t, []*corev1.Pod{web}, shadowOf(web, "sp-web"))
+	e.r.SetReachability(Reachable)
+	e.waitSynced()
+	session := func() *session {
+		e.r.mu.Lock()
+		defer e.r.mu.Unlock()
+		return e.r.sess
+	}
+	first := session()
+	e.r.recheckSession()
+	if session() != first {
+		t.Fatal("session restarted without a credentials change")
+	}
+	token := "renewed"
+	e.remotes.token.Store(&token)
+	e.r.recheckSession()
+	if s := session(); s == first || s == nil {
+		t.Fatal("session not restarted after a credentials change")
+	}
+	e.waitSynced()
+	if sp, known := e.r.lookup("demo", "web"); !known || sp == nil {
+		t.Fatal("the new session does not see the ShadowPod")
+	}
+	if n := e.creates.Load(); n != 0 {
+		t.Errorf("%d ShadowPod creations across the restart", n)
+	}
+}

@@ -1,0 +1,138 @@
+package podreflector
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+)
+
+// statusConflictRetries bounds the immediate retries of a status write that
+// lost a race; after them the key is requeued with backoff.
+const statusConflictRetries = 4
+
+// syncStatus writes the local pod's status (and the remote-unavailable
+// label) for key. The desired pod is computed from the reachability at the
+// time of the write and written with the resourceVersion it was computed
+// from, so a write can never undo a newer one (in particular the NotReady
+// marking of an unreachable provider).
+func (r *Reflector) syncStatus(ctx context.Context, key string) error {
+	ns, name := splitKey(key)
+	pod, err := r.cfg.Pods.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		desired := r.desiredPod(key, pod)
+		if desired == nil {
+			return nil
+		}
+		_, err := r.cfg.Local.CoreV1().Pods(ns).UpdateStatus(ctx, desired, metav1.UpdateOptions{FieldManager: FieldManager})
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+			return nil
+		case !apierrors.IsConflict(err) || attempt >= statusConflictRetries:
+			return err
+		}
+		// Lost a race with another writer: read the pod and compute again.
+		pod, err = r.cfg.Local.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// desiredPod returns pod with the status and labels it should have, nil
+// when nothing needs writing.
+func (r *Reflector) desiredPod(key string, pod *corev1.Pod) *corev1.Pod {
+	out := pod.DeepCopy()
+	sc := r.statusContext()
+	switch st := r.Reachability(); st {
+	case Unknown:
+		// Keep what the previous agent left until the first verdict: no
+		// flapping of endpoints when the agent restarts.
+		return nil
+	case Unreachable, PermanentlyUnreachable:
+		if !MarkUnavailable(out, r.cfg.ProviderID, st == PermanentlyUnreachable, sc.Now) {
+			return nil
+		}
+	case Reachable:
+		if !r.desiredReachable(key, pod, out, sc) {
+			return nil
+		}
+	}
+	if equality.Semantic.DeepEqual(pod.Status, out.Status) && maps.Equal(pod.Labels, out.Labels) {
+		return nil
+	}
+	return out
+}
+
+// desiredReachable sets out's status from the provider's truth; false when
+// that truth is not known yet.
+func (r *Reflector) desiredReachable(key string, pod, out *corev1.Pod, sc StatusContext) bool {
+	if _, mapped := r.remoteNamespace(pod.Namespace); !mapped {
+		if isFinished(pod) {
+			return false
+		}
+		setPodCondition(&out.Status, &pod.Status, corev1.PodCondition{
+			Type:   ConditionOffloaded,
+			Status: corev1.ConditionFalse,
+			Reason: ReasonRemoteNamespaceNotReady,
+			Message: fmt.Sprintf("namespace %s has no Ready remote namespace on provider %s yet (NamespaceOffloading %s/offloading)",
+				pod.Namespace, r.cfg.ProviderID, pod.Namespace),
+		}, sc.Now)
+		return true
+	}
+	sp, known := r.lookup(pod.Namespace, pod.Name)
+	if !known {
+		return false // wait for the remote truth before touching anything
+	}
+	ClearUnavailable(out)
+	if isFinished(pod) {
+		return true // a terminal status never changes again; only the label goes
+	}
+	if sp != nil && OriginUID(sp) == string(pod.UID) {
+		out.Status = TranslateStatus(pod, sp, sc)
+		return true
+	}
+	// No ShadowPod (yet) for this pod.
+	p, ok := r.pendingFor(key, pod.UID)
+	if !ok {
+		p = pendingCreate{reason: ReasonShadowPodPending, message: fmt.Sprintf("creating the ShadowPod on provider %s", r.cfg.ProviderID)}
+	}
+	if p.failed {
+		out.Status.Phase = corev1.PodFailed
+		out.Status.Reason = p.reason
+		out.Status.Message = p.message
+	}
+	setPodCondition(&out.Status, &pod.Status, corev1.PodCondition{
+		Type: ConditionOffloaded, Status: corev1.ConditionFalse, Reason: p.reason, Message: p.message,
+	}, sc.Now)
+	for _, t := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
+		if c := getPodCondition(&out.Status, t); c != nil && c.Status == corev1.ConditionTrue {
+			setPodCondition(&out.Status, &pod.Status, corev1.PodCondition{
+				Type: t, Status: corev1.ConditionFalse, Reason: ReasonShadowPodNotFound,
+				Message: fmt.Sprintf("the pod has no ShadowPod on provider %s", r.cfg.ProviderID),
+			}, sc.Now)
+		}
+	}
+	return true
+}
+
+// hasLabel reports whether pod carries the remote-unavailable label.
+func hasLabel(pod *corev1.Pod) bool {
+	_, ok := pod.Labels[corev1alpha1.LabelRemoteUnavailable]
+	return ok
+}

@@ -1,0 +1,315 @@
+package podreflector
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+)
+
+// syncRemote makes the provider match the local pod with key. It is
+// level-based: it looks at the local pod (from the node's informer), the
+// ShadowPod (from the provider's informers, confirmed with a live read
+// before anything drastic) and the provider's reachability.
+func (r *Reflector) syncRemote(ctx context.Context, key string) error {
+	ns, name := splitKey(key)
+	pod, err := r.cfg.Pods.Pods(ns).Get(name)
+	switch {
+	case apierrors.IsNotFound(err):
+		r.clearPending(key)
+		r.forgetSeen(key)
+		return r.syncGone(ns, name)
+	case err != nil:
+		return err
+	case pod.DeletionTimestamp != nil:
+		return r.syncTerminating(ctx, key, pod)
+	case isFinished(pod):
+		// Finished pods are never created again; their ShadowPod (if any)
+		// goes with the local pod.
+		r.clearPending(key)
+		return nil
+	default:
+		return r.syncActive(key, pod)
+	}
+}
+
+// remoteClient returns the provider's client and the session context remote
+// calls must use; ok is false when the provider cannot be used now.
+func (r *Reflector) remoteClient() (client.Client, context.Context, bool) {
+	if r.Reachability() != Reachable {
+		return nil, nil, false
+	}
+	sctx := r.sessionContext()
+	if sctx == nil {
+		return nil, nil, false
+	}
+	c, err := r.cfg.Remotes.Client(r.cfg.ProviderID)
+	if err != nil {
+		return nil, nil, false
+	}
+	return c, sctx, true
+}
+
+// liveShadowPod reads the ShadowPod from the provider; nil when it does not
+// exist.
+func liveShadowPod(ctx context.Context, c client.Client, namespace, name string) (*offloadingv1alpha1.ShadowPod, error) {
+	sp := &offloadingv1alpha1.ShadowPod{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, sp)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sp, nil
+}
+
+// deleteShadowPod deletes sp (UID precondition) with grace period grace.
+func deleteShadowPod(ctx context.Context, c client.Client, sp *offloadingv1alpha1.ShadowPod, grace *int64) error {
+	uid := sp.UID
+	opts := []client.DeleteOption{client.Preconditions{UID: &uid}}
+	if grace != nil {
+		opts = append(opts, client.GracePeriodSeconds(*grace))
+	}
+	err := c.Delete(ctx, sp, opts...)
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+// syncGone handles a key whose local pod no longer exists: its ShadowPod is
+// an orphan and is deleted. This also collects, when the provider comes
+// back, the ShadowPods of pods deleted while it was unreachable, and, after
+// a restart, those of pods deleted while the agent was down.
+func (r *Reflector) syncGone(ns, name string) error {
+	sp, known := r.lookup(ns, name)
+	if !known || sp == nil || sp.DeletionTimestamp != nil {
+		return nil
+	}
+	c, ctx, ok := r.remoteClient()
+	if !ok {
+		return nil
+	}
+	r.cfg.Log.V(1).Info("Deleting the ShadowPod of a deleted pod", "pod", podKey(ns, name), "shadowPod", sp.Namespace+"/"+sp.Name)
+	return deleteShadowPod(ctx, c, sp, sp.Spec.Pod.TerminationGracePeriodSeconds)
+}
+
+// syncTerminating carries out the deletion of a local pod: delete its
+// ShadowPod with the pod's grace period, and once the ShadowPod is gone
+// delete the local pod for good (what a kubelet does once the containers
+// stopped). While the provider is unreachable nothing happens: the pod
+// stays terminating and is queued again on recovery. When the provider is
+// permanently unreachable the local pod is deleted at once.
+func (r *Reflector) syncTerminating(ctx context.Context, key string, pod *corev1.Pod) error {
+	r.clearPending(key)
+	switch r.Reachability() {
+	case PermanentlyUnreachable:
+		r.cfg.Log.V(1).Info("Provider permanently unreachable: deleting the local pod without remote clean-up", "pod", key)
+		return r.deleteLocal(ctx, pod, new(int64))
+	case Reachable:
+	default:
+		return nil // postponed; see unreachable.go
+	}
+	remoteNS, mapped := r.remoteNamespace(pod.Namespace)
+	if !mapped {
+		// Nothing on the provider can be reached for this namespace;
+		// virtual-kubelet deletes the pod after its grace period.
+		return nil
+	}
+	sp, known := r.lookup(pod.Namespace, pod.Name)
+	if !known {
+		return nil // queued again once the namespace's informer synced
+	}
+	c, sctx, ok := r.remoteClient()
+	if !ok {
+		return nil
+	}
+	if sp == nil {
+		// Confirm before finishing the local deletion: the informer may lag
+		// behind a ShadowPod created a moment ago.
+		live, err := liveShadowPod(sctx, c, remoteNS, pod.Name)
+		if err != nil {
+			return err
+		}
+		if live == nil {
+			return r.deleteLocal(ctx, pod, new(int64))
+		}
+		sp = live
+	}
+	if sp.DeletionTimestamp != nil {
+		return nil // its deletion event queues the pod again
+	}
+	// Any ShadowPod of this name belongs to this pod or to an older one of
+	// the same name: either way it goes.
+	grace := pod.DeletionGracePeriodSeconds
+	if grace == nil {
+		grace = pod.Spec.TerminationGracePeriodSeconds
+	}
+	return deleteShadowPod(sctx, c, sp, grace)
+}
+
+// syncActive makes the ShadowPod of a running (or to-be-running) local pod
+// exist and carry its labels and annotations.
+func (r *Reflector) syncActive(key string, pod *corev1.Pod) error {
+	if r.Reachability() != Reachable {
+		return nil // skipped, not queued: recovery queues every pod again
+	}
+	remoteNS, mapped := r.remoteNamespace(pod.Namespace)
+	if !mapped {
+		r.setPending(key, pendingCreate{uid: pod.UID, reason: ReasonRemoteNamespaceNotReady,
+			message: fmt.Sprintf("namespace %s has no Ready remote namespace on provider %s yet (NamespaceOffloading %s/offloading)",
+				pod.Namespace, r.cfg.ProviderID, pod.Namespace)})
+		return nil
+	}
+	sp, known := r.lookup(pod.Namespace, pod.Name)
+	if !known {
+		return nil // queued again once the namespace's informer synced
+	}
+	c, ctx, ok := r.remoteClient()
+	if !ok {
+		return nil
+	}
+	if sp == nil {
+		seen, ok := r.seenFor(key, pod.UID)
+		switch {
+		case ok && !seen.observed && r.cfg.Clock.Since(seen.at) < informerLag:
+			// Created a moment ago; the informer's event queues the pod.
+			r.remoteQ.AddAfter(key, informerLag)
+			return nil
+		case !ok && !wasOffloaded(pod):
+			return r.create(ctx, c, key, pod, remoteNS)
+		}
+		// The pod had a ShadowPod. Confirm it is gone before concluding the
+		// provider deleted it.
+		live, err := liveShadowPod(ctx, c, remoteNS, pod.Name)
+		if err != nil {
+			return err
+		}
+		if live == nil {
+			r.cfg.Log.Info("ShadowPod deleted on the provider: deleting the local pod", "pod", key)
+			r.event(pod, corev1.EventTypeWarning, "ShadowPodDeleted", "Delete",
+				"the pod's ShadowPod was deleted on provider %s", r.cfg.ProviderID)
+			return r.deleteLocal(ctx, pod, nil)
+		}
+		sp = live
+	} else if OriginUID(sp) == string(pod.UID) {
+		r.markSeen(key, pod.UID, true)
+	}
+	if OriginUID(sp) != string(pod.UID) {
+		// Left over by an earlier pod of the same name: replace it.
+		if sp.DeletionTimestamp == nil {
+			r.cfg.Log.V(1).Info("Deleting a stale ShadowPod", "pod", key, "originUID", OriginUID(sp))
+			if err := deleteShadowPod(ctx, c, sp, new(int64)); err != nil {
+				return err
+			}
+		}
+		r.setPending(key, pendingCreate{uid: pod.UID, reason: ReasonShadowPodPending,
+			message: "waiting for a stale ShadowPod of the same name to be deleted"})
+		return nil // its deletion event queues the pod again
+	}
+	r.clearPending(key)
+	if sp.DeletionTimestamp != nil {
+		return nil // being deleted on the provider; the local pod follows
+	}
+	return r.pushMetadata(ctx, c, sp, pod)
+}
+
+// create creates pod's ShadowPod. It adopts an existing one of the same
+// origin UID (a restart, or the informer lagging), so a pod never has two.
+func (r *Reflector) create(ctx context.Context, c client.Client, key string, pod *corev1.Pod, remoteNS string) error {
+	sp := BuildShadowPod(pod, remoteNS, r.cfg.LocalClusterID, r.nodeIdentity())
+	err := c.Create(ctx, sp, client.FieldOwner(FieldManager))
+	switch {
+	case err == nil:
+		r.cfg.Log.V(1).Info("ShadowPod created", "pod", key, "shadowPod", remoteNS+"/"+sp.Name)
+		r.markSeen(key, pod.UID, false)
+		r.clearPending(key)
+		r.event(pod, corev1.EventTypeNormal, "Offloaded", "Create",
+			"created ShadowPod %s/%s on provider %s", remoteNS, sp.Name, r.cfg.ProviderID)
+		r.statusQ.Add(key)
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		live, gerr := liveShadowPod(ctx, c, remoteNS, pod.Name)
+		if gerr != nil || live == nil {
+			return fmt.Errorf("ShadowPod %s/%s exists but cannot be read: %v", remoteNS, pod.Name, gerr)
+		}
+		if OriginUID(live) == string(pod.UID) {
+			r.markSeen(key, pod.UID, false)
+			r.clearPending(key)
+			return r.pushMetadata(ctx, c, live, pod) // adopted
+		}
+		if live.DeletionTimestamp == nil {
+			if err := deleteShadowPod(ctx, c, live, new(int64)); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("replacing stale ShadowPod %s/%s (origin UID %s)", remoteNS, pod.Name, OriginUID(live))
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		// The provider's API refuses this pod spec (hostNetwork, ...):
+		// retrying cannot help. The pod fails, as on a kubelet that
+		// rejects a pod.
+		msg := fmt.Sprintf("provider %s refused the pod: %v", r.cfg.ProviderID, err)
+		r.event(pod, corev1.EventTypeWarning, "OffloadRefused", "Create", "%s", msg)
+		r.setPending(key, pendingCreate{uid: pod.UID, reason: ReasonForbidden, message: msg, failed: true})
+		return nil
+	default:
+		r.setPending(key, pendingCreate{uid: pod.UID, reason: ReasonShadowPodCreationFailed,
+			message: fmt.Sprintf("creating the ShadowPod on provider %s failed (will retry): %v", r.cfg.ProviderID, err)})
+		return err
+	}
+}
+
+// pushMetadata brings the ShadowPod's podLabels and podAnnotations in line
+// with the local pod's.
+func (r *Reflector) pushMetadata(ctx context.Context, c client.Client, sp *offloadingv1alpha1.ShadowPod, pod *corev1.Pod) error {
+	spec := map[string]any{}
+	if d := mapDiff(sp.Spec.PodLabels, FilterPodLabels(pod.Labels)); d != nil {
+		spec["podLabels"] = d
+	}
+	if d := mapDiff(sp.Spec.PodAnnotations, FilterPodAnnotations(pod.Annotations)); d != nil {
+		spec["podAnnotations"] = d
+	}
+	if len(spec) == 0 {
+		return nil
+	}
+	data, err := json.Marshal(map[string]any{"spec": spec})
+	if err != nil {
+		return err
+	}
+	target := &offloadingv1alpha1.ShadowPod{}
+	target.Namespace, target.Name = sp.Namespace, sp.Name
+	if err := c.Patch(ctx, target, client.RawPatch(types.MergePatchType, data), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// mapDiff returns the JSON merge patch turning from into to (removed keys
+// map to nil), nil when they are equal.
+func mapDiff(from, to map[string]string) map[string]any {
+	var d map[string]any
+	set := func(k string, v any) {
+		if d == nil {
+			d = map[string]any{}
+		}
+		d[k] = v
+	}
+	for k := range from {
+		if _, ok := to[k]; !ok {
+			set(k, nil)
+		}
+	}
+	for k, v := range to {
+		if old, ok := from[k]; !ok || old != v {
+			set(k, v)
+		}
+	}
+	return d
+}

@@ -1,0 +1,263 @@
+package podreflector
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+)
+
+// ConditionOffloaded is the pod condition the virtual node keeps on every
+// local pod it hosts: True once the pod's ShadowPod exists on the provider,
+// False (with one of the Reason* below and a message) while it does not.
+// A pod that was Offloaded and whose ShadowPod then disappears on the
+// provider is deleted: the provider deleted it.
+const ConditionOffloaded corev1.PodConditionType = "annex.dev/Offloaded"
+
+// Reasons of the conditions and statuses the virtual node writes.
+const (
+	// ReasonShadowPodCreated: the ShadowPod exists (ConditionOffloaded True).
+	ReasonShadowPodCreated = "ShadowPodCreated"
+	// ReasonShadowPodPending: the ShadowPod is being created.
+	ReasonShadowPodPending = "ShadowPodPending"
+	// ReasonShadowPodCreationFailed: creating the ShadowPod failed with an
+	// error that may go away; it is retried.
+	ReasonShadowPodCreationFailed = "ShadowPodCreationFailed"
+	// ReasonShadowPodNotFound: the pod has no ShadowPod on the provider.
+	ReasonShadowPodNotFound = "ShadowPodNotFound"
+	// ReasonRemoteNamespaceNotReady: the pod's namespace has no Ready remote
+	// namespace on the provider (NamespaceOffloading status) yet.
+	ReasonRemoteNamespaceNotReady = "RemoteNamespaceNotReady"
+	// ReasonProviderUnreachable: the provider is unreachable, so the pod's
+	// state on it is unknown (Ready and ContainersReady False).
+	ReasonProviderUnreachable = "ProviderUnreachable"
+	// ReasonForbidden: the provider refused the ShadowPod (pod phase Failed).
+	ReasonForbidden = offloadingv1alpha1.ReasonForbidden
+	// ReasonReadinessGatesNotReady: the provider's pod is ready but a local
+	// readiness gate is not.
+	ReasonReadinessGatesNotReady = "ReadinessGatesNotReady"
+)
+
+// PodIPTranslator maps a pod IP in the network of provider providerID into
+// this cluster's view of it. IdentityIPTranslator is used until the network
+// package provides remappings.
+type PodIPTranslator func(providerID, ip string) string
+
+// IdentityIPTranslator returns ip unchanged.
+func IdentityIPTranslator(_, ip string) string { return ip }
+
+// kubeletConditions are the pod conditions a kubelet owns: the local pod
+// takes them from the provider's pod, and drops them when the provider's pod
+// has none. PodScheduled is not among them: locally the pod was scheduled by
+// the local scheduler.
+var kubeletConditions = []corev1.PodConditionType{
+	corev1.PodInitialized,
+	corev1.ContainersReady,
+	corev1.PodReady,
+	corev1.PodReadyToStartContainers,
+}
+
+// StatusContext is what status translation needs besides the two objects.
+type StatusContext struct {
+	// ProviderID is the provider's cluster ID.
+	ProviderID string
+	// NodeIP is the virtual node's InternalIP; it becomes the pod's hostIP.
+	NodeIP string
+	// IPs translates pod IPs; nil means IdentityIPTranslator.
+	IPs PodIPTranslator
+	// Now stamps condition transitions (second precision).
+	Now metav1.Time
+}
+
+// TranslateStatus returns the status of local given its ShadowPod sp on the
+// provider: phase, reason, message, container statuses (restart counts,
+// states), start time and the kubelet's conditions come from the provider's
+// pod; pod IPs are translated; hostIP is the virtual node's address. The
+// conditions nobody on the provider owns (PodScheduled, DisruptionTarget,
+// readiness gates, ...) and the QoS class are kept from local. Ready is
+// False while a readiness gate of local is not True.
+func TranslateStatus(local *corev1.Pod, sp *offloadingv1alpha1.ShadowPod, sc StatusContext) corev1.PodStatus {
+	ips := sc.IPs
+	if ips == nil {
+		ips = IdentityIPTranslator
+	}
+	remote := &sp.Status
+	out := *local.Status.DeepCopy()
+
+	out.Phase = remote.Phase
+	if out.Phase == "" {
+		out.Phase = corev1.PodPending
+	}
+	out.Reason = remote.Reason
+	out.Message = remote.Message
+	if sc.NodeIP != "" {
+		out.HostIP = sc.NodeIP
+		out.HostIPs = []corev1.HostIP{{IP: sc.NodeIP}}
+	}
+	out.PodIP = ""
+	out.PodIPs = nil
+	if remote.PodIP != "" {
+		out.PodIP = ips(sc.ProviderID, remote.PodIP)
+	}
+	for _, ip := range remote.PodIPs {
+		if t := ips(sc.ProviderID, ip.IP); t != "" {
+			out.PodIPs = append(out.PodIPs, corev1.PodIP{IP: t})
+		}
+	}
+	if out.PodIP == "" && len(out.PodIPs) > 0 {
+		out.PodIP = out.PodIPs[0].IP
+	}
+	if len(out.PodIPs) == 0 && out.PodIP != "" {
+		out.PodIPs = []corev1.PodIP{{IP: out.PodIP}}
+	}
+	if remote.StartTime != nil {
+		out.StartTime = remote.StartTime.DeepCopy()
+	}
+	out.InitContainerStatuses = deepCopyStatuses(remote.InitContainerStatuses)
+	out.ContainerStatuses = deepCopyStatuses(remote.ContainerStatuses)
+
+	// Conditions: the provider's (but PodScheduled), then the local ones
+	// nobody on the provider owns.
+	var conds []corev1.PodCondition
+	remoteTypes := map[corev1.PodConditionType]bool{}
+	for _, c := range remote.Conditions {
+		if c.Type == corev1.PodScheduled || c.Type == ConditionOffloaded {
+			continue
+		}
+		remoteTypes[c.Type] = true
+		conds = append(conds, *c.DeepCopy())
+	}
+	for _, c := range local.Status.Conditions {
+		if remoteTypes[c.Type] || isKubeletCondition(c.Type) || c.Type == ConditionOffloaded {
+			continue
+		}
+		conds = append(conds, *c.DeepCopy())
+	}
+	out.Conditions = conds
+	setPodCondition(&out, &local.Status, corev1.PodCondition{
+		Type:    ConditionOffloaded,
+		Status:  corev1.ConditionTrue,
+		Reason:  ReasonShadowPodCreated,
+		Message: fmt.Sprintf("running on provider %s as ShadowPod %s/%s", sc.ProviderID, sp.Namespace, sp.Name),
+	}, sc.Now)
+
+	if gate := unreadyGate(local, &out); gate != "" {
+		setPodCondition(&out, &local.Status, corev1.PodCondition{
+			Type:    corev1.PodReady,
+			Status:  corev1.ConditionFalse,
+			Reason:  ReasonReadinessGatesNotReady,
+			Message: fmt.Sprintf("the pod runs on provider %s but its readiness gate %q is not True", sc.ProviderID, gate),
+		}, sc.Now)
+	}
+	return out
+}
+
+// unreadyGate returns the first readiness gate of pod whose condition is not
+// True in status, when status says the pod is otherwise Ready.
+func unreadyGate(pod *corev1.Pod, status *corev1.PodStatus) corev1.PodConditionType {
+	ready := getPodCondition(status, corev1.PodReady)
+	if ready == nil || ready.Status != corev1.ConditionTrue {
+		return ""
+	}
+	for _, g := range pod.Spec.ReadinessGates {
+		if c := getPodCondition(status, g.ConditionType); c == nil || c.Status != corev1.ConditionTrue {
+			return g.ConditionType
+		}
+	}
+	return ""
+}
+
+func isKubeletCondition(t corev1.PodConditionType) bool {
+	for _, k := range kubeletConditions {
+		if k == t {
+			return true
+		}
+	}
+	return false
+}
+
+func deepCopyStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if in == nil {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(in))
+	for i := range in {
+		in[i].DeepCopyInto(&out[i])
+	}
+	return out
+}
+
+func getPodCondition(s *corev1.PodStatus, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range s.Conditions {
+		if s.Conditions[i].Type == t {
+			return &s.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// setPodCondition sets c in s. Its LastTransitionTime is kept from the
+// condition of the same type in prev (the status before this change) when
+// the status did not change, and is now otherwise; c's own
+// LastTransitionTime is ignored. LastProbeTime is kept from prev.
+func setPodCondition(s *corev1.PodStatus, prev *corev1.PodStatus, c corev1.PodCondition, now metav1.Time) {
+	c.LastTransitionTime = now
+	c.LastProbeTime = metav1.Time{}
+	if old := getPodCondition(prev, c.Type); old != nil {
+		c.LastProbeTime = old.LastProbeTime
+		if old.Status == c.Status {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
+	}
+	if cur := getPodCondition(s, c.Type); cur != nil {
+		*cur = c
+		return
+	}
+	s.Conditions = append(s.Conditions, c)
+}
+
+// podFromShadow is the pod virtual-kubelet's GetPod sees for a ShadowPod:
+// its spec and metadata as the provider runs them, in the local namespace,
+// with the local pod's UID.
+func podFromShadow(sp *offloadingv1alpha1.ShadowPod, localNamespace string, sc StatusContext) *corev1.Pod {
+	pod := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        sp.Name,
+			Namespace:   localNamespace,
+			UID:         types.UID(sp.Annotations[AnnotationOriginUID]),
+			Labels:      copyMap(sp.Spec.PodLabels),
+			Annotations: copyMap(sp.Spec.PodAnnotations),
+		},
+		Spec: *sp.Spec.Pod.DeepCopy(),
+	}
+	pod.Status = TranslateStatus(pod, sp, sc)
+	return pod
+}
+
+func copyMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// isFinished reports whether pod reached Succeeded or Failed: it is never
+// (re-)created on the provider again.
+func isFinished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// wasOffloaded reports whether the virtual node saw pod's ShadowPod on the
+// provider (ConditionOffloaded True).
+func wasOffloaded(pod *corev1.Pod) bool {
+	c := getPodCondition(&pod.Status, ConditionOffloaded)
+	return c != nil && c.Status == corev1.ConditionTrue
+}
