@@ -99,9 +99,17 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	mgr, err := agent.NewManager(cfg, opts, remotenamespace.CacheByObject())
-	if err != nil {
-		return err
+	// Building the manager needs the API server (discovery); after a restart
+	// caused by its outage it may still be away: wait for it.
+	var mgr ctrl.Manager
+	for attempt := 0; ; attempt++ {
+		if mgr, err = agent.NewManager(cfg, opts, remotenamespace.CacheByObject()); err == nil {
+			break
+		}
+		if attempt%15 == 0 {
+			log.Error(err, "cannot create the manager yet (is the API server up?); retrying")
+		}
+		time.Sleep(2 * time.Second)
 	}
 	id, err := readIdentity(mgr.GetAPIReader(), log)
 	if err != nil {

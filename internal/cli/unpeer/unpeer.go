@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/cli/network"
 	"github.com/annexhq/annex/internal/cli/peer"
@@ -75,6 +76,19 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 	rs.Name, rs.Namespace = peer.ResourceSliceName, tenantOnC
 	if err := del(c, rs, fmt.Sprintf("consumer %s: ResourceSlice %s/%s and its replica on %s", cid.ClusterID, rs.Namespace, rs.Name, pid.ClusterID)); err != nil {
 		return fmt.Errorf("%w (is the agent of %s running?)", err, cid.ClusterID)
+	}
+
+	// 2b. Remote namespaces this consumer asked for: the agent deletes their
+	// replicas (and the provider the namespaces) while the credentials still work.
+	rns := &offloadingv1alpha1.RemoteNamespaceList{}
+	if err := c.Client.List(ctx, rns, client.InNamespace(tenantOnC)); err != nil {
+		return c.Unreachable(err)
+	}
+	for i := range rns.Items {
+		rn := &rns.Items[i]
+		if err := del(c, rn, fmt.Sprintf("consumer %s: RemoteNamespace %s/%s and namespace %s on %s", cid.ClusterID, rn.Namespace, rn.Name, rn.Spec.RemoteNamespace, pid.ClusterID)); err != nil {
+			return err
+		}
 	}
 
 	// 3. Provider side: remote namespaces of this consumer, then its tenant.

@@ -1,0 +1,185 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/localcluster"
+)
+
+// TestForcedUnpeer: with pods offloaded to beta and gamma, beta's API server
+// dies for good; `unpeer beta` refuses without --force and changes nothing;
+// with --force it leaves nothing of the peering on alpha within seconds, the
+// Deployment's pods come back on gamma, and gamma is untouched. When beta
+// comes back it finds its consumer gone and removes the tenant by itself after
+// the grace period; then alpha and beta can peer again.
+func TestForcedUnpeer(t *testing.T) {
+	alpha, beta, gamma := env.clusters[0], env.clusters[1], env.clusters[2]
+	fast := []string{"--consumer-heartbeat-interval=2s", "--tenant-grace-period=20s"}
+	installAndRunAgent(t, alpha, "alpha", fast...)
+	installAndRunAgent(t, beta, "beta", fast...)
+	installAndRunAgent(t, gamma, "gamma", fast...)
+	t.Run("dead provider", func(t *testing.T) { forcedUnpeer(t, "dead", beta.KillAPIServer) })
+}
+
+// forcedUnpeer runs the scenario with beta failed by fault.
+func forcedUnpeer(t *testing.T, name string, fault func() error) {
+	alpha, beta, gamma := env.clusters[0], env.clusters[1], env.clusters[2]
+	ctx := context.Background()
+	ns := "burst-" + name
+	peer := func(p *localcluster.Cluster) {
+		t.Helper()
+		if out, err := annexctl(t, "peer", "--kubeconfig", alpha.KubeconfigPath(), "--remote-kubeconfig", p.KubeconfigPath(), "--cpu", "8", "--memory", "16Gi", "--pods", "50"); err != nil {
+			t.Fatalf("peer with %s: %v\n%s", p.Name(), err, out)
+		}
+	}
+	peer(beta)
+	peer(gamma)
+	t.Cleanup(func() {
+		_ = beta.ResumeAPIServer(context.Background())
+		_, _ = annexctl(t, "unoffload", "namespace", ns, "--kubeconfig", alpha.KubeconfigPath())
+		for _, p := range []*localcluster.Cluster{beta, gamma} {
+			if out, err := annexctl(t, "unpeer", "--kubeconfig", alpha.KubeconfigPath(), "--remote-kubeconfig", p.KubeconfigPath()); err != nil {
+				t.Errorf("clean-up unpeer %s: %v\n%s", p.Name(), err, out)
+			}
+		}
+	})
+	ca, cb, cg := crClient(t, alpha), crClient(t, beta), crClient(t, gamma)
+	if err := ca.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := annexctl(t, "offload", "namespace", ns, "--kubeconfig", alpha.KubeconfigPath(), "--pod-strategy", "Remote"); err != nil {
+		t.Fatalf("offload: %v\n%s", err, out)
+	}
+	if err := ca.Create(ctx, deployment(ns, "work", 10)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 120*time.Second, "10 pods Ready on both virtual nodes", func() error {
+		seen := map[string]bool{}
+		err := podsReady(ctx, ca, ns, "app=work", 10, func(p *corev1.Pod) error { seen[p.Spec.NodeName] = true; return nil })
+		if err == nil && (!seen["annex-beta"] || !seen["annex-gamma"]) {
+			err = fmt.Errorf("pods only on %v", seen)
+		}
+		return err
+	})
+
+	if err := fault(); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("without --force: clear error, nothing changed", func(t *testing.T) {
+		out, err := annexctl(t, "unpeer", "--kubeconfig", alpha.KubeconfigPath(), "beta", "--graceful-timeout", "3s")
+		if err == nil || !strings.Contains(out, "--force") || !strings.Contains(out, "nothing was changed") {
+			t.Fatalf("want a refusal that suggests --force, got %v:\n%s", err, out)
+		}
+		fc := &corev1alpha1.ForeignCluster{}
+		if err := ca.Get(ctx, client.ObjectKey{Name: "beta"}, fc); err != nil || fc.Spec.Unreachable {
+			t.Errorf("ForeignCluster beta changed: %v, unreachable=%v", err, fc.Spec.Unreachable)
+		}
+		if err := ca.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-beta", Name: "beta"}, &corev1alpha1.VirtualNode{}); err != nil {
+			t.Errorf("VirtualNode beta gone: %v", err)
+		}
+	})
+	t.Run("with --force: nothing of beta left on alpha", func(t *testing.T) {
+		start := time.Now()
+		out, err := annexctl(t, "unpeer", "--kubeconfig", alpha.KubeconfigPath(), "beta", "--force", "--graceful-timeout", "3s", "--timeout", "60s")
+		if err != nil {
+			t.Fatalf("forced unpeer: %v\n%s", err, out)
+		}
+		t.Logf("forced unpeer with a %s provider took %s", name, time.Since(start).Round(100*time.Millisecond))
+		if !strings.Contains(out, "Not cleaned here") {
+			t.Errorf("unpeer does not say what it could not clean on the provider:\n%s", out)
+		}
+		if left := betaLeftovers(ctx, t, ca); len(left) > 0 {
+			t.Errorf("left on alpha: %s", strings.Join(left, ", "))
+		}
+	})
+	t.Run("pods come back on gamma, gamma untouched", func(t *testing.T) {
+		eventually(t, 120*time.Second, "10 pods Ready on gamma", func() error {
+			return podsReady(ctx, ca, ns, "app=work", 10, func(p *corev1.Pod) error {
+				if p.Spec.NodeName != "annex-gamma" {
+					return fmt.Errorf("pod %s on %q", p.Name, p.Spec.NodeName)
+				}
+				return nil
+			})
+		})
+		fc := &corev1alpha1.ForeignCluster{}
+		if err := ca.Get(ctx, client.ObjectKey{Name: "gamma"}, fc); err != nil || fc.Spec.Unreachable {
+			t.Errorf("gamma's ForeignCluster: %v unreachable=%v", err, fc.Spec.Unreachable)
+		}
+		if err := remotePodsIn(ctx, cg, ns+"-alpha", 10); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("beta comes back and removes the tenant after the grace period", func(t *testing.T) {
+		if err := beta.ResumeAPIServer(ctx); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 90*time.Second, "beta without alpha's tenant", func() error {
+			for _, name := range []string{"annex-tenant-alpha", ns + "-alpha"} {
+				n := &corev1.Namespace{}
+				if err := cb.Get(ctx, client.ObjectKey{Name: name}, n); err == nil {
+					return fmt.Errorf("namespace %s still there (%s)", name, n.Status.Phase)
+				}
+			}
+			if err := cb.Get(ctx, client.ObjectKey{Name: "alpha"}, &corev1alpha1.ForeignCluster{}); err == nil {
+				return errors.New("ForeignCluster alpha still on beta")
+			}
+			return nil
+		})
+		if err := ca.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-beta", Name: "beta"}, &corev1alpha1.VirtualNode{}); err == nil {
+			t.Error("a VirtualNode for beta came back on alpha")
+		}
+	})
+	t.Run("peer again", func(t *testing.T) {
+		peer(beta)
+		eventually(t, 30*time.Second, "virtual node annex-beta Ready", func() error { return nodeReady(ctx, ca, "annex-beta") })
+	})
+}
+
+// betaLeftovers lists what of the peering with beta remains on alpha.
+func betaLeftovers(ctx context.Context, t *testing.T, ca client.Client) []string {
+	t.Helper()
+	var left []string
+	check := func(what string, obj client.Object, key client.ObjectKey) {
+		if err := ca.Get(ctx, key, obj); err == nil {
+			left = append(left, fmt.Sprintf("%s (finalizers %v)", what, obj.GetFinalizers()))
+		}
+	}
+	check("Node annex-beta", &corev1.Node{}, client.ObjectKey{Name: "annex-beta"})
+	check("VirtualNode", &corev1alpha1.VirtualNode{}, client.ObjectKey{Namespace: "annex-tenant-beta", Name: "beta"})
+	check("ResourceSlice", &corev1alpha1.ResourceSlice{}, client.ObjectKey{Namespace: "annex-tenant-beta", Name: "peering"})
+	check("namespace annex-tenant-beta", &corev1.Namespace{}, client.ObjectKey{Name: "annex-tenant-beta"})
+	check("ForeignCluster beta", &corev1alpha1.ForeignCluster{}, client.ObjectKey{Name: "beta"})
+	pods := &corev1.PodList{}
+	_ = ca.List(ctx, pods, client.MatchingFields{"spec.nodeName": "annex-beta"})
+	for _, p := range pods.Items {
+		left = append(left, "pod "+p.Namespace+"/"+p.Name+" on annex-beta")
+	}
+	return left
+}
+
+func remotePodsIn(ctx context.Context, c client.Client, ns string, want int) error {
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			n++
+		}
+	}
+	if n != want {
+		return fmt.Errorf("%d running pods in %s, want %d", n, ns, want)
+	}
+	return nil
+}
