@@ -42,14 +42,8 @@ test: tools ## Unit tests, then e2e tests on real local clusters (builds the bin
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
 
 .PHONY: demo
-demo: build tools ## Start the three-cluster sandbox (alpha, beta, gamma) and show their nodes and agents.
-	bin/annexctl sandbox up
-	@for c in alpha beta gamma; do \
-		echo "== $$c"; \
-		"$$(cd tools/kube && $(GO) run . -print-dir)/bin/kubectl" --kubeconfig "$${HOME}/.annex/sandbox/$$c/kubeconfig" get nodes -o wide; \
-	done
-	bin/annexctl sandbox status
-	@echo "stop it with: bin/annexctl sandbox down"
+demo: build tools ## Start the sandbox, peer alpha with beta and gamma, offload a namespace and run a Deployment there.
+	hack/demo.sh
 
 .PHONY: bench
 bench: ## Run the benchmarks (BENCH_SCALE=small|full) and write bench/results/.

@@ -142,6 +142,45 @@ func TestOffloading(t *testing.T) {
 			return nil
 		})
 	})
+	t.Run("failed provider: its endpoints stop being ready, the others stay", func(t *testing.T) {
+		for _, f := range []struct {
+			name string
+			do   func() error
+		}{{"killed", beta.KillAPIServer}, {"paused", beta.PauseAPIServer}} {
+			onBeta := countPodsOn(ctx, t, ca, "shop", "annex-beta")
+			start := time.Now()
+			if err := f.do(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 20*time.Second, f.name+" beta: only gamma's endpoints ready", func() error {
+				n, err := readyEndpoints(ctx, ca, "shop", "web")
+				if err == nil && n != 20-onBeta {
+					err = fmt.Errorf("%d ready endpoints, want %d", n, 20-onBeta)
+				}
+				return err
+			})
+			t.Logf("%s beta: its %d endpoints not ready after %s", f.name, onBeta, time.Since(start).Round(100*time.Millisecond))
+			pods := &corev1.PodList{}
+			_ = ca.List(ctx, pods, client.InNamespace("shop"), client.MatchingFields{"spec.nodeName": "annex-beta"})
+			for _, p := range pods.Items {
+				if p.Labels["annex.dev/remote-unavailable"] != "true" || podReady(&p) {
+					t.Errorf("pod %s on beta: label %q, ready %v", p.Name, p.Labels["annex.dev/remote-unavailable"], podReady(&p))
+				}
+			}
+			start = time.Now()
+			if err := beta.ResumeAPIServer(ctx); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "all 20 endpoints ready again", func() error {
+				n, err := readyEndpoints(ctx, ca, "shop", "web")
+				if err == nil && n != 20 {
+					err = fmt.Errorf("%d ready endpoints", n)
+				}
+				return err
+			})
+			t.Logf("%s beta resumed: all endpoints ready after %s", f.name, time.Since(start).Round(100*time.Millisecond))
+		}
+	})
 	t.Run("ConfigMap update reaches the providers", func(t *testing.T) {
 		cm.Data["color"] = "green"
 		if err := ca.Update(ctx, cm); err != nil {
@@ -319,4 +358,13 @@ func remotePods(ctx context.Context, app string, want int, providers ...client.C
 		return fmt.Errorf("%d remote pods, want %d", n, want)
 	}
 	return nil
+}
+
+func countPodsOn(ctx context.Context, t *testing.T, c client.Client, ns, node string) int {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(ns), client.MatchingFields{"spec.nodeName": node}); err != nil {
+		t.Fatal(err)
+	}
+	return len(pods.Items)
 }

@@ -80,7 +80,13 @@ func TestPeering(t *testing.T) {
 	ctx := context.Background()
 	peerArgs := []string{"peer", "--kubeconfig", one.KubeconfigPath(), "--remote-kubeconfig", two.KubeconfigPath(), "--token-ttl", "10m", "--cpu", "2", "--memory", "4Gi", "--pods", "20"}
 
-	// Before two has Annex: one clear error, nothing created on one.
+	// Without Annex on beta (uninstalled, should an earlier test have installed it): one clear error.
+	if out, err := annexctl(t, "uninstall", "--kubeconfig", two.KubeconfigPath()); err != nil {
+		t.Fatalf("uninstall beta: %v\n%s", err, out)
+	}
+	if _, err := clientset(t, two).CoreV1().Namespaces().Get(context.Background(), "annex-system", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("annex-system still on beta after uninstall: %v", err)
+	}
 	installAndRunAgent(t, one, "alpha", "--credentials-renew-fraction=0.01")
 	out, err := annexctl(t, peerArgs...)
 	if err == nil || !strings.Contains(out, "provider") || !strings.Contains(out, "annexctl install") {
