@@ -161,6 +161,10 @@ func schedulerArgs(l layout, s *state) []string {
 	}
 }
 
+// kwokNodeLeaseSeconds is the duration of the kwok nodes' Leases (a
+// kubelet's default).
+const kwokNodeLeaseSeconds = 40
+
 func kwokArgs(l layout, s *state, stageFiles []string) []string {
 	args := []string{
 		"--kubeconfig=" + l.kubeconfig(Kwok),
@@ -168,6 +172,12 @@ func kwokArgs(l layout, s *state, stageFiles []string) []string {
 		"--manage-nodes-with-label-selector=" + NodeTypeLabel + "=" + NodeTypeKwok,
 		"--cidr=" + s.PodCIDR,
 		"--node-ip=127.0.0.1",
+		// Renew a Lease per node, as a kubelet does. Without one the
+		// node-heartbeat-with-lease stage patches the Node's status only
+		// every 10 minutes, so the node lifecycle controller finds the node
+		// silent after its grace period (50 s), marks it Unknown and every
+		// pod on it Ready=False — which kwok never sets back.
+		"--node-lease-duration-seconds=" + strconv.Itoa(kwokNodeLeaseSeconds),
 		// Without an explicit address kwok serves on 0.0.0.0:<node-port>.
 		"--server-address=" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Ports.Kwok)),
 	}

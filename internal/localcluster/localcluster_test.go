@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -371,6 +372,7 @@ func TestComponentArgs(t *testing.T) {
 				"cidr":                             "10.244.0.0/16",
 				"server-address":                   "127.0.0.1:10247",
 				"config":                           "/s/a.yaml,/s/b.yaml",
+				"node-lease-duration-seconds":      "40",
 			},
 		},
 	}
@@ -776,6 +778,21 @@ func TestStartKillPauseResume(t *testing.T) {
 		t.Errorf("pod IP %q not in pod CIDR %s", got.Status.PodIP, c.PodCIDR())
 	}
 	t.Logf("pod web Running on %s with IP %s", got.Spec.NodeName, got.Status.PodIP)
+
+	// Every node renews a Lease, as a kubelet does: without one the node
+	// lifecycle controller marks the node Unknown and its pods NotReady once
+	// its grace period lapses.
+	for _, name := range c.NodeNames() {
+		if err := poll(ctx, 30*time.Second, func() (bool, error) {
+			l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			return err == nil && l.Spec.RenewTime != nil, err
+		}); err != nil {
+			t.Errorf("node %s has no renewed Lease: %v", name, err)
+		}
+	}
 
 	// Bound service-account tokens work.
 	expiration := int64(600)

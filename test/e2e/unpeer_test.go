@@ -29,6 +29,7 @@ func TestForcedUnpeer(t *testing.T) {
 	installAndRunAgent(t, beta, "beta", fast...)
 	installAndRunAgent(t, gamma, "gamma", fast...)
 	t.Run("dead provider", func(t *testing.T) { forcedUnpeer(t, "dead", beta.KillAPIServer) })
+	t.Run("hung provider", func(t *testing.T) { forcedUnpeer(t, "hung", beta.PauseAPIServer) })
 }
 
 // forcedUnpeer runs the scenario with beta failed by fault.
