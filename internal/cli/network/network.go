@@ -128,9 +128,9 @@ func Link(ctx context.Context, s cli.IOStreams, a, b *cli.Cluster, o Options) (b
 		note(ch, "%s: remappings recorded in the status of NetworkConfiguration %s/%s", self, corev1alpha1.AgentNamespace, e.v.Peer.ClusterID)
 	}
 	if changed {
-		fmt.Fprintf(s.Out, "The networks of %s and %s are connected; their gateways carry the traffic.\n", aid.ClusterID, bid.ClusterID)
+		fmt.Fprintf(s.Out, "The network link between %s and %s is recorded (the address translation each side uses); a gateway that carries the packets is not part of Annex yet.\n", aid.ClusterID, bid.ClusterID)
 	} else {
-		fmt.Fprintf(s.Out, "The networks of %s and %s were already connected; nothing changed.\n", aid.ClusterID, bid.ClusterID)
+		fmt.Fprintf(s.Out, "The network link between %s and %s was already recorded; nothing changed.\n", aid.ClusterID, bid.ClusterID)
 	}
 	return changed, nil
 }

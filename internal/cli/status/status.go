@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/identity"
 )
@@ -66,8 +67,9 @@ func Collect(ctx context.Context, c *cli.Cluster) (*Report, error) {
 		if fc.Status.ProbeLatency != nil {
 			p.ProbeLatency = fc.Status.ProbeLatency.Duration.String()
 		}
-		if cond := meta.FindStatusCondition(fc.Status.Conditions, corev1alpha1.ConditionNetworkConnected); cond != nil {
-			p.Network = map[bool]string{true: "connected", false: "not connected"}[cond.Status == "True"]
+		p.Network, err = networkLink(ctx, c.Client, fc.Spec.ClusterID)
+		if err != nil {
+			return nil, err
 		}
 		vn := &corev1alpha1.VirtualNode{}
 		err := c.Client.Get(ctx, client.ObjectKey{Namespace: corev1alpha1.TenantNamespaceName(fc.Spec.ClusterID), Name: fc.Spec.ClusterID}, vn)
@@ -85,6 +87,29 @@ func Collect(ctx context.Context, c *cli.Cluster) (*Report, error) {
 		r.Peers = append(r.Peers, p)
 	}
 	return r, nil
+}
+
+// networkLink describes the NetworkConfiguration with the peer: "none", or
+// "linked" followed by the remappings this cluster uses for the peer.
+func networkLink(ctx context.Context, c client.Client, peer string) (string, error) {
+	nc := &networkingv1alpha1.NetworkConfiguration{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: corev1alpha1.AgentNamespace, Name: peer}, nc)
+	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+		return "none", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	out := "linked"
+	if r := nc.Status.RemappedRemote; r != nil {
+		if r.PodCIDR != "" {
+			out += fmt.Sprintf(", pods %s as %s", nc.Spec.Remote.PodCIDR, r.PodCIDR)
+		}
+		if r.ExternalCIDR != "" {
+			out += fmt.Sprintf(", external %s as %s", nc.Spec.Remote.ExternalCIDR, r.ExternalCIDR)
+		}
+	}
+	return out, nil
 }
 
 // nodeUsage returns the Node's Ready status and the requests of the pods on it.
