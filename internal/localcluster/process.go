@@ -299,3 +299,26 @@ func tailLines(s string, n int) string {
 func addrInUse(log string) bool {
 	return strings.Contains(log, "address already in use")
 }
+
+// ProcessStartTime returns the start time of pid (field 22 of
+// /proc/<pid>/stat), which tells a process apart from a later one that reuses
+// its PID. Other processes the tools start (the sandbox's agents) use it too.
+func ProcessStartTime(pid int) (uint64, error) {
+	st, err := readProcStat(pid)
+	return st.startTime, err
+}
+
+// ProcessAlive reports whether the process pid that started at startTime
+// still runs (a stopped one counts; a zombie or a reused PID does not).
+func ProcessAlive(pid int, startTime uint64) bool {
+	return startTime != 0 && stateOf(pid, startTime) != procDead
+}
+
+// FreeAddr returns a loopback address whose port was free a moment ago.
+func FreeAddr() (string, error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), nil
+}

@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -32,7 +29,7 @@ const AgentServiceAccount = "annex-agent"
 // Agent is an annex-agent running as a local process for one cluster.
 type Agent struct {
 	PID        int    `json:"pid"`
-	StartTime  string `json:"startTime"`
+	StartTime  uint64 `json:"startTime"`
 	HealthAddr string `json:"healthAddr"`
 	Kubeconfig string `json:"kubeconfig"`
 	Log        string `json:"log"`
@@ -58,11 +55,11 @@ func StartAgent(ctx context.Context, c *localcluster.Cluster, o AgentOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	health, err := freeAddr()
+	health, err := localcluster.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	metrics, err := freeAddr()
+	metrics, err := localcluster.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +84,8 @@ func StartAgent(ctx context.Context, c *localcluster.Cluster, o AgentOptions) (*
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w (build it with `make build`, or pass --agent-binary)", o.Binary, err)
 	}
-	a := &Agent{PID: cmd.Process.Pid, StartTime: procStartTime(cmd.Process.Pid), HealthAddr: health, Kubeconfig: kubeconfig, Log: logPath}
+	start, _ := localcluster.ProcessStartTime(cmd.Process.Pid)
+	a := &Agent{PID: cmd.Process.Pid, StartTime: start, HealthAddr: health, Kubeconfig: kubeconfig, Log: logPath}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	err = cli.Poll(ctx, 250*time.Millisecond, 60*time.Second, "annex-agent of "+c.Name()+" to be ready", func(ctx context.Context) (bool, error) {
@@ -121,7 +119,7 @@ func LoadAgent(dir string) (*Agent, error) {
 
 // Running reports whether the recorded process is still this agent.
 func (a *Agent) Running() bool {
-	return a.PID > 0 && procStartTime(a.PID) == a.StartTime && a.StartTime != ""
+	return localcluster.ProcessAlive(a.PID, a.StartTime)
 }
 
 // Ready reports whether the agent's /readyz answers 200.
@@ -148,7 +146,7 @@ func (a *Agent) Stop() error {
 	_ = syscall.Kill(a.PID, syscall.SIGTERM)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if !a.Running() || zombie(a.PID) {
+		if !a.Running() {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -183,44 +181,6 @@ func writeAgentKubeconfig(ctx context.Context, c *localcluster.Cluster, ttl time
 		return "", err
 	}
 	return path, nil
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-// procStartTime is field 22 of /proc/<pid>/stat: it tells a recycled PID apart.
-func procStartTime(pid int) string {
-	f := procStat(pid)
-	if len(f) < 20 {
-		return ""
-	}
-	return f[19]
-}
-
-func zombie(pid int) bool {
-	f := procStat(pid)
-	return len(f) > 0 && f[0] == "Z"
-}
-
-// procStat returns the fields of /proc/<pid>/stat after the command name,
-// starting with the state.
-func procStat(pid int) []string {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return nil
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(s[i+1:])
 }
 
 func writeJSON(path string, v any) error {

@@ -74,7 +74,7 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 	}
 
 	tenant := corev1alpha1.TenantNamespaceName(pid)
-	rm := remover{s: s, c: c, ctx: ctx}
+	rm := remover{s: s, ctx: ctx}
 	// The virtual node first, so nothing new is scheduled there.
 	vn := &corev1alpha1.VirtualNode{}
 	vn.Name, vn.Namespace, vn.Spec.ClusterID = pid, tenant, pid
@@ -86,12 +86,12 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 	if graceful {
 		stepTimeout = o.GracefulTimeout
 	}
-	if err := rm.delete(vn, "VirtualNode "+tenant+"/"+pid, stepTimeout); err != nil {
+	if err := rm.delete(c, vn, "VirtualNode "+tenant+"/"+pid, stepTimeout); err != nil {
 		return rm.gracefulFailed(err, graceful, pid)
 	}
 	node := &corev1.Node{}
 	node.Name = nodeName
-	if err := rm.delete(node, "Node "+nodeName, stepTimeout); err != nil {
+	if err := rm.delete(c, node, "Node "+nodeName, stepTimeout); err != nil {
 		return err
 	}
 	if !graceful {
@@ -110,7 +110,7 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 		return err
 	}
 	for i := range rns.Items {
-		if err := rm.delete(&rns.Items[i], "RemoteNamespace "+tenant+"/"+rns.Items[i].Name, stepTimeout); err != nil {
+		if err := rm.delete(c, &rns.Items[i], "RemoteNamespace "+tenant+"/"+rns.Items[i].Name, stepTimeout); err != nil {
 			return rm.gracefulFailed(err, graceful, pid)
 		}
 	}
@@ -119,7 +119,7 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 		return err
 	}
 	for i := range rss.Items {
-		if err := rm.delete(&rss.Items[i], "ResourceSlice "+tenant+"/"+rss.Items[i].Name, stepTimeout); err != nil {
+		if err := rm.delete(c, &rss.Items[i], "ResourceSlice "+tenant+"/"+rss.Items[i].Name, stepTimeout); err != nil {
 			return rm.gracefulFailed(err, graceful, pid)
 		}
 	}
@@ -135,19 +135,19 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 	both := fc.Status.Role == corev1alpha1.RoleBoth
 	secret := &corev1.Secret{}
 	secret.Name, secret.Namespace = corev1alpha1.CredentialsSecretName, tenant
-	if err := rm.delete(secret, "credentials Secret "+tenant+"/"+secret.Name, o.Timeout); err != nil {
+	if err := rm.delete(c, secret, "credentials Secret "+tenant+"/"+secret.Name, o.Timeout); err != nil {
 		return err
 	}
 	if !both {
 		ns := &corev1.Namespace{}
 		ns.Name = tenant
-		if err := rm.delete(ns, "namespace "+tenant, o.Timeout); err != nil {
+		if err := rm.delete(c, ns, "namespace "+tenant, o.Timeout); err != nil {
 			return err
 		}
-		if err := rm.delete(fc, "ForeignCluster "+fc.Name, o.Timeout); err != nil {
+		if err := rm.delete(c, fc, "ForeignCluster "+fc.Name, o.Timeout); err != nil {
 			return err
 		}
-	} else if err := dropRole(ctx, s, c, fc, true, corev1alpha1.RoleProvider, corev1alpha1.RoleConsumer, nil, "consumer "+id.ClusterID); err != nil {
+	} else if err := keepRole(ctx, s, c, fc, corev1alpha1.RoleConsumer, "consumer "+id.ClusterID); err != nil {
 		return err
 	}
 	fmt.Fprintf(s.Out, "%s no longer consumes resources of %s (%s).\n", id.ClusterID, pid, time.Since(start).Round(100*time.Millisecond))
@@ -254,12 +254,11 @@ func forceDeletePodsOn(ctx context.Context, c *cli.Cluster, node string) (int, e
 // remover deletes objects and waits until they are gone.
 type remover struct {
 	s   cli.IOStreams
-	c   *cli.Cluster
 	ctx context.Context
 }
 
-func (r remover) delete(obj client.Object, what string, timeout time.Duration) error {
-	err := r.c.Client.Delete(r.ctx, obj)
+func (r remover) delete(cl *cli.Cluster, obj client.Object, what string, timeout time.Duration) error {
+	err := cl.Client.Delete(r.ctx, obj)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -267,7 +266,7 @@ func (r remover) delete(obj client.Object, what string, timeout time.Duration) e
 		return fmt.Errorf("delete %s: %w", what, err)
 	}
 	err = cli.Poll(r.ctx, 200*time.Millisecond, timeout, what+" to be deleted", func(ctx context.Context) (bool, error) {
-		err := r.c.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		err := cl.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
 	if err != nil {

@@ -39,24 +39,9 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 	fmt.Fprintf(s.Out, "Unpeering %s (consumer) from %s (provider)\n", cid.ClusterID, pid.ClusterID)
 	tenantOnC := corev1alpha1.TenantNamespaceName(pid.ClusterID)
 	tenantOnP := corev1alpha1.TenantNamespaceName(cid.ClusterID)
-	wait := func(cl *cli.Cluster, obj client.Object, what string) error {
-		return cli.Poll(ctx, 250*time.Millisecond, o.Timeout, what+" to be deleted", func(ctx context.Context) (bool, error) {
-			err := cl.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-			if apierrors.IsNotFound(err) {
-				return true, nil
-			}
-			return false, err
-		})
-	}
+	rm := remover{s: s, ctx: ctx}
 	del := func(cl *cli.Cluster, obj client.Object, what string) error {
-		if err := cl.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete %s: %w", what, err)
-		}
-		if err := wait(cl, obj, what); err != nil {
-			return err
-		}
-		s.Step("deleted %s", what)
-		return nil
+		return rm.delete(cl, obj, what, o.Timeout)
 	}
 
 	// 1. The virtual node first, so nothing new is scheduled there.
@@ -109,7 +94,7 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 			return err
 		}
 	}
-	if err := dropRole(ctx, s, p, pfc, both, corev1alpha1.RoleConsumer, corev1alpha1.RoleProvider, del, "provider "+pid.ClusterID); err != nil {
+	if err := dropRole(ctx, s, p, pfc, both, corev1alpha1.RoleProvider, del, "provider "+pid.ClusterID); err != nil {
 		return err
 	}
 
@@ -135,7 +120,7 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 			return err
 		}
 	}
-	if err := dropRole(ctx, s, c, cfc, both, corev1alpha1.RoleProvider, corev1alpha1.RoleConsumer, del, "consumer "+cid.ClusterID); err != nil {
+	if err := dropRole(ctx, s, c, cfc, both, corev1alpha1.RoleConsumer, del, "consumer "+cid.ClusterID); err != nil {
 		return err
 	}
 	fmt.Fprintf(s.Out, "%s no longer consumes resources of %s; nothing of that peering is left on either cluster.\n", cid.ClusterID, pid.ClusterID)
@@ -158,7 +143,7 @@ func foreignCluster(ctx context.Context, cl *cli.Cluster, id string) (*corev1alp
 
 // dropRole deletes the ForeignCluster, or, when the peering goes both ways,
 // only downgrades its role to the one that remains.
-func dropRole(ctx context.Context, s cli.IOStreams, cl *cli.Cluster, fc *corev1alpha1.ForeignCluster, both bool, _, remaining corev1alpha1.PeeringRole,
+func dropRole(ctx context.Context, s cli.IOStreams, cl *cli.Cluster, fc *corev1alpha1.ForeignCluster, both bool, remaining corev1alpha1.PeeringRole,
 	del func(*cli.Cluster, client.Object, string) error, side string) error {
 	if fc == nil {
 		return nil
@@ -166,6 +151,11 @@ func dropRole(ctx context.Context, s cli.IOStreams, cl *cli.Cluster, fc *corev1a
 	if !both {
 		return del(cl, fc, fmt.Sprintf("%s: ForeignCluster %s", side, fc.Name))
 	}
+	return keepRole(ctx, s, cl, fc, remaining, side)
+}
+
+// keepRole keeps the ForeignCluster of a two-way peering with the role that remains.
+func keepRole(ctx context.Context, s cli.IOStreams, cl *cli.Cluster, fc *corev1alpha1.ForeignCluster, remaining corev1alpha1.PeeringRole, side string) error {
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"role": remaining}})
 	if err := cl.Client.Status().Patch(ctx, fc, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return err
