@@ -9,6 +9,7 @@ LDFLAGS := $(if $(VERSION),-X github.com/annexhq/annex/internal/version.Version=
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 E2E_TIMEOUT ?= 25m
 BENCH_SCALE ?= small
+FUZZTIME ?= 10s
 
 .PHONY: help
 help: ## List the targets.
@@ -37,9 +38,19 @@ tools: ## Build the Kubernetes binaries (only those missing) and print their cac
 	@cd tools/kube && $(GO) run .
 
 .PHONY: test
-test: tools ## Unit tests, then e2e tests on real local clusters (builds the binaries on first use).
+test: tools ## Unit tests, a short fuzz run, then e2e tests on real local clusters (builds the binaries on first use).
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/e2e)
+	$(MAKE) --no-print-directory fuzz
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target (func Fuzz* under internal/) for FUZZTIME each (default 10s).
+	@for f in $$(grep -rl --include='*_test.go' '^func Fuzz' internal); do \
+		for t in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | cut -d' ' -f2); do \
+			echo "fuzz ./$$(dirname $$f) $$t for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f); \
+		done; \
+	done
 
 .PHONY: demo
 demo: build tools ## Start the sandbox, peer alpha with beta and gamma, offload a namespace and run a Deployment there.

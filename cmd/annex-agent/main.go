@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"syscall"
@@ -34,7 +35,9 @@ import (
 	"github.com/annexhq/annex/internal/controller/shadowendpointslice"
 	"github.com/annexhq/annex/internal/controller/shadowpod"
 	"github.com/annexhq/annex/internal/controller/tenantgc"
+	"github.com/annexhq/annex/internal/controller/transit"
 	"github.com/annexhq/annex/internal/identity"
+	"github.com/annexhq/annex/internal/netview"
 	"github.com/annexhq/annex/internal/remote"
 	"github.com/annexhq/annex/internal/version"
 	"github.com/annexhq/annex/internal/virtualnode"
@@ -121,6 +124,8 @@ func run() error {
 	if err := mgr.Add(remotes); err != nil {
 		return err
 	}
+	netView := netview.New(mgr.GetClient())
+	vnOpts.PodIPTranslator = netView.PodIP
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&foreigncluster.Reconciler{Client: mgr.GetClient(), Remote: remotes},
 		&credentials.Reconciler{Client: mgr.GetClient(), Remotes: remotes, Clock: clock.RealClock{},
@@ -128,7 +133,7 @@ func run() error {
 		replicator.New(mgr.GetClient(), remotes, id.ClusterID, corev1alpha1.GroupVersion.WithKind("ResourceSlice"), replicator.Options{}),
 		replicator.New(mgr.GetClient(), remotes, id.ClusterID, offloadingv1alpha1.GroupVersion.WithKind("RemoteNamespace"), replicator.Options{}),
 		&namespaceoffloading.Reconciler{Client: mgr.GetClient(), LocalClusterID: id.ClusterID},
-		reflection.New(mgr.GetClient(), remotes, id.ClusterID, reflection.Options{}),
+		reflection.New(mgr.GetClient(), remotes, id.ClusterID, reflection.Options{Translator: netView}),
 		remotenamespace.New(mgr.GetClient(), mgr.GetEventRecorder("annex-remotenamespace"), remotenamespace.Options{}),
 		shadowpod.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowpod"), shadowPodOpts),
 		shadowendpointslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowendpointslice"), shadowendpointslice.Options{}),
@@ -136,6 +141,15 @@ func run() error {
 		&heartbeat.Reconciler{Client: mgr.GetClient(), Remotes: remotes, LocalClusterID: id.ClusterID, Clock: clock.RealClock{}, Interval: heartbeatInterval},
 		&tenantgc.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("annex-tenantgc"), Clock: clock.RealClock{}, GracePeriod: tenantGrace},
 		resourceslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-resourceslice"), id.ClusterID, sliceOpts),
+	}
+	if ext, err := netip.ParsePrefix(id.ExternalCIDR); err == nil {
+		tr, err := transit.New(mgr.GetClient(), ext)
+		if err != nil {
+			return err
+		}
+		setups = append(setups, tr)
+	} else {
+		log.Info("no external CIDR in the cluster identity: pods on other providers are left out of reflected EndpointSlices", "externalCIDR", id.ExternalCIDR)
 	}
 	for _, s := range setups {
 		if err := s.SetupWithManager(mgr); err != nil {

@@ -27,7 +27,7 @@ import (
 func TestOffloading(t *testing.T) {
 	alpha, beta, gamma := env.clusters[0], env.clusters[1], env.clusters[2]
 	ctx := context.Background()
-	installAndRunAgent(t, alpha, "alpha")
+	alphaAgent := installAndRunAgent(t, alpha, "alpha")
 	installAndRunAgent(t, beta, "beta")
 	installAndRunAgent(t, gamma, "gamma")
 	for _, p := range []*localcluster.Cluster{beta, gamma} {
@@ -141,6 +141,9 @@ func TestOffloading(t *testing.T) {
 			}
 			return nil
 		})
+	})
+	t.Run("network: addresses across overlapping clusters", func(t *testing.T) {
+		checkNetwork(t, "shop", alphaAgent, ca, cb, cg)
 	})
 	t.Run("failed provider: its endpoints stop being ready, the others stay", func(t *testing.T) {
 		for _, f := range []struct {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,7 +49,7 @@ func crClient(t *testing.T, c *localcluster.Cluster) client.Client {
 
 // installAndRunAgent installs Annex as clusterID and runs its agent with extra
 // flags until the test ends.
-func installAndRunAgent(t *testing.T, c *localcluster.Cluster, clusterID string, agentArgs ...string) {
+func installAndRunAgent(t *testing.T, c *localcluster.Cluster, clusterID string, agentArgs ...string) *testAgent {
 	t.Helper()
 	ext := ""
 	for _, spec := range sandbox.Clusters {
@@ -60,12 +61,38 @@ func installAndRunAgent(t *testing.T, c *localcluster.Cluster, clusterID string,
 		"--pod-cidr", c.PodCIDR(), "--service-cidr", c.ServiceCIDR(), "--external-cidr", ext, "--local-agent"); err != nil {
 		t.Fatalf("install %s: %v\n%s", clusterID, err, out)
 	}
-	a, err := sandbox.StartAgent(context.Background(), c, sandbox.AgentOptions{
-		Binary: filepath.Join(env.bin, "annex-agent"), TokenTTL: time.Hour, Args: agentArgs})
+	a := &testAgent{cluster: c, args: agentArgs}
+	a.start(t)
+	t.Cleanup(func() { _ = a.agent.Stop() })
+	return a
+}
+
+// testAgent is an agent process a test can kill and start again.
+type testAgent struct {
+	cluster *localcluster.Cluster
+	args    []string
+	agent   *sandbox.Agent
+}
+
+func (a *testAgent) start(t *testing.T) {
+	t.Helper()
+	var err error
+	a.agent, err = sandbox.StartAgent(context.Background(), a.cluster, sandbox.AgentOptions{
+		Binary: filepath.Join(env.bin, "annex-agent"), TokenTTL: time.Hour, Args: a.args})
 	if err != nil {
-		t.Fatalf("agent of %s: %v", clusterID, err)
+		t.Fatalf("agent of %s: %v", a.cluster.Name(), err)
 	}
-	t.Cleanup(func() { _ = a.Stop() })
+}
+
+// kill SIGKILLs the agent: no graceful shutdown, no lease release.
+func (a *testAgent) kill(t *testing.T) {
+	t.Helper()
+	if err := syscall.Kill(a.agent.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for a.agent.Running() {
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func reachable(fc *corev1alpha1.ForeignCluster) *metav1.Condition {

@@ -33,6 +33,12 @@ const (
 	// untrusted input.
 	AnnotationDirectConnectionsData = "annex.dev/direct-connections-data"
 
+	// AnnotationTransitAddress is set by the consumer's agent on each of its
+	// pods that runs on a virtual node: the address of the consumer's
+	// external CIDR through which other providers reach that pod (traffic
+	// to it flows through the consumer). Released when the pod goes.
+	AnnotationTransitAddress = "annex.dev/transit-address"
+
 	// AnnotationSkipReflection, set to "true" on a Service, ConfigMap or
 	// Secret, keeps Annex from reflecting it to providers.
 	AnnotationSkipReflection = "annex.dev/skip-reflection"

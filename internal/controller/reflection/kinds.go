@@ -304,8 +304,8 @@ func shadowEndpointSlice(ctx context.Context, tr EndpointTranslator, provider st
 	delete(labels, endpointSliceManagedByLabel)
 	var eps []discoveryv1.Endpoint
 	for _, ep := range s.Endpoints {
-		clean, onNode := sanitizeEndpoint(ep)
-		if out, keep := tr.Translate(ctx, provider, clean, onNode); keep {
+		clean, origin := sanitizeEndpoint(ep)
+		if out, keep := tr.Translate(ctx, provider, clean, origin); keep {
 			eps = append(eps, out)
 		}
 	}

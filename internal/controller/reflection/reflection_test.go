@@ -672,7 +672,7 @@ func TestDefaultEndpointTranslator(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, keep := tc.tr.Translate(context.Background(), beta, ep, tc.onNode)
+			got, keep := tc.tr.Translate(context.Background(), beta, ep, EndpointOrigin{Node: tc.onNode})
 			if keep != tc.wantKeep {
 				t.Errorf("keep = %v, want %v", keep, tc.wantKeep)
 			}

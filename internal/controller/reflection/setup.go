@@ -9,12 +9,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 )
 
@@ -26,6 +28,9 @@ import (
 //     skip-reflection annotation decides whether their slices are
 //     reflected), but only in namespaces that have a NamespaceOffloading;
 //   - the namespace's NamespaceOffloading (a remote namespace becomes Ready);
+//   - EndpointSlices only: pods whose transit address changes, and the
+//     NetworkConfiguration with each provider (the EndpointTranslator reads
+//     both);
 //   - ForeignCluster creation, deletion and spec changes, and the
 //     reachability transitions of Remotes.Subscribe: every namespace
 //     offloaded to that provider.
@@ -65,7 +70,12 @@ func (r *Reconciler) setupKind(mgr ctrl.Manager, kind Kind) error {
 	case KindConfigMap, KindSecret:
 		b = b.WatchesMetadata(ref.object(), local)
 	case KindEndpointSlice:
-		b = b.Watches(ref.object(), local).Watches(&corev1.Service{}, local)
+		b = b.Watches(ref.object(), local).Watches(&corev1.Service{}, local).
+			Watches(&corev1.Pod{}, local, builder.WithPredicates(transitAddressChanged())).
+			Watches(&networkingv1alpha1.NetworkConfiguration{},
+				handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+					return r.requestsForProvider(ctx, kind, o.(*networkingv1alpha1.NetworkConfiguration).Spec.RemoteClusterID)
+				}))
 	default:
 		b = b.Watches(ref.object(), local)
 	}
@@ -84,6 +94,18 @@ func (r *Reconciler) setupKind(mgr ctrl.Manager, kind Kind) error {
 				return r.requestsForProvider(ctx, kind, fc.Name)
 			}))).
 		Complete(kindReconciler{Reconciler: r, kind: kind})
+}
+
+// transitAddressChanged passes pod events that change the pod's transit
+// address, which the EndpointTranslator may use.
+func transitAddressChanged() predicate.Predicate {
+	addr := func(o client.Object) string { return o.GetAnnotations()[corev1alpha1.AnnotationTransitAddress] }
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return addr(e.Object) != "" },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return addr(e.ObjectOld) != addr(e.ObjectNew) },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
 
 // request is the request for kind in namespace: the name only makes logs

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 )
@@ -13,13 +14,21 @@ import (
 //
 // ep has already been stripped of what only makes sense on the consumer
 // (nodeName, hostname, targetRef, deprecatedTopology, hints); its addresses
-// and conditions are the consumer's. onNode is the name of the consumer node
-// the endpoint's pod runs on ("" when unknown). Translate returns the
-// endpoint to send, or keep=false to leave it out. It must keep the
-// conditions: they are what withdraws endpoints of a failed provider.
-// Implementations must be safe for concurrent use.
+// and conditions are the consumer's. origin says where the endpoint came
+// from. Translate returns the endpoint to send, or keep=false to leave it
+// out. It must keep the conditions: they are what withdraws endpoints of a
+// failed provider. Implementations must be safe for concurrent use.
 type EndpointTranslator interface {
-	Translate(ctx context.Context, providerID string, ep discoveryv1.Endpoint, onNode string) (out discoveryv1.Endpoint, keep bool)
+	Translate(ctx context.Context, providerID string, ep discoveryv1.Endpoint, origin EndpointOrigin) (out discoveryv1.Endpoint, keep bool)
+}
+
+// EndpointOrigin is what the consumer's EndpointSlice said about an
+// endpoint before it was sanitized.
+type EndpointOrigin struct {
+	// Node is the consumer node the endpoint's pod runs on ("" when unknown).
+	Node string
+	// Pod is the endpoint's pod (nil when its targetRef is not a Pod).
+	Pod *types.NamespacedName
 }
 
 // DefaultEndpointTranslator drops the endpoints whose pod runs on the
@@ -32,29 +41,32 @@ type DefaultEndpointTranslator struct {
 }
 
 // Translate implements EndpointTranslator.
-func (t DefaultEndpointTranslator) Translate(_ context.Context, providerID string, ep discoveryv1.Endpoint, onNode string) (discoveryv1.Endpoint, bool) {
+func (t DefaultEndpointTranslator) Translate(_ context.Context, providerID string, ep discoveryv1.Endpoint, origin EndpointOrigin) (discoveryv1.Endpoint, bool) {
 	name := corev1alpha1.VirtualNodeName
 	if t.VirtualNodeName != nil {
 		name = t.VirtualNodeName
 	}
-	if onNode != "" && onNode == name(providerID) {
+	if origin.Node != "" && origin.Node == name(providerID) {
 		return ep, false
 	}
 	return ep, true
 }
 
 // sanitizeEndpoint returns a copy of ep without the fields that name
-// consumer nodes and pods, and the node it was on.
-func sanitizeEndpoint(ep discoveryv1.Endpoint) (discoveryv1.Endpoint, string) {
+// consumer nodes and pods, and where it came from.
+func sanitizeEndpoint(ep discoveryv1.Endpoint) (discoveryv1.Endpoint, EndpointOrigin) {
 	out := *ep.DeepCopy()
-	onNode := ""
+	var origin EndpointOrigin
 	if out.NodeName != nil {
-		onNode = *out.NodeName
+		origin.Node = *out.NodeName
+	}
+	if ref := out.TargetRef; ref != nil && ref.Kind == "Pod" && (ref.APIVersion == "" || ref.APIVersion == "v1") {
+		origin.Pod = &types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
 	}
 	out.NodeName = nil
 	out.Hostname = nil
 	out.TargetRef = nil
 	out.DeprecatedTopology = nil
 	out.Hints = nil
-	return out, onNode
+	return out, origin
 }

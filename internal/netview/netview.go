@@ -1,0 +1,176 @@
+// Package netview answers, from the agent's cache, how addresses look on the
+// other side of this cluster's network links. It is where the mappings that
+// NetworkConfigurations record (docs/network.md) meet the objects that carry
+// addresses:
+//
+//   - PodIP translates the IP of a pod running on a provider into this
+//     cluster's view of that provider's pod network (the IP the consumer's
+//     pod shows);
+//   - Translate expresses an endpoint of a consumer EndpointSlice so that a
+//     provider P can route to it: consumer-local pods through P's mapping of
+//     the consumer's pod CIDR, pods on P itself dropped, pods on another
+//     provider Q through their transit address (annotation
+//     annex.dev/transit-address, see internal/controller/transit) expressed
+//     through P's mapping of the consumer's external CIDR.
+//
+// A provider without a NetworkConfiguration (peered with --no-network) gets
+// addresses unchanged, as before the network model existed. A provider whose
+// NetworkConfiguration does not yet know how it maps this cluster
+// (status.remappedLocal unset) gets no endpoint that would need that mapping
+// until it does: a wrong address is worse than a late one.
+//
+// View reads only the cache (NetworkConfigurations, ForeignClusters and
+// Pods), never the API server.
+package netview
+
+import (
+	"context"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/reflection"
+	"github.com/annexhq/annex/internal/network"
+)
+
+// View translates addresses across this cluster's network links.
+type View struct {
+	reader client.Reader
+}
+
+// New returns a View reading from reader (the manager's cache).
+func New(reader client.Reader) *View {
+	return &View{reader: reader}
+}
+
+// link returns this cluster's NetworkConfiguration with clusterID, or nil.
+func (v *View) link(ctx context.Context, clusterID string) (*networkingv1alpha1.NetworkConfiguration, error) {
+	list := &networkingv1alpha1.NetworkConfigurationList{}
+	if err := v.reader.List(ctx, list, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		if list.Items[i].Spec.RemoteClusterID == clusterID && list.Items[i].DeletionTimestamp.IsZero() {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// PodIP translates ip, a pod IP in provider's own network, into this
+// cluster's view. It returns ip unchanged when there is no link with
+// provider, the provider's pod CIDR is not remapped, or ip is not in it
+// (for example a host-network pod's node IP).
+func (v *View) PodIP(provider, ip string) string {
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	nc, err := v.link(context.Background(), provider)
+	if err != nil || nc == nil || nc.Status.RemappedRemote == nil {
+		return ip
+	}
+	m, err := network.ParseMapping(nc.Spec.Remote.PodCIDR, nc.Status.RemappedRemote.PodCIDR)
+	if err != nil || !m.Original.Contains(addr) {
+		return ip
+	}
+	out, err := m.ToLocal(addr)
+	if err != nil {
+		return ip
+	}
+	return out.String()
+}
+
+// VirtualNodes maps the name of each provider's virtual node to the
+// provider's cluster ID, from the ForeignClusters reader holds.
+func VirtualNodes(ctx context.Context, reader client.Reader) (map[string]string, error) {
+	list := &corev1alpha1.ForeignClusterList{}
+	if err := reader.List(ctx, list); err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(list.Items))
+	for _, fc := range list.Items {
+		if fc.Spec.ClusterID != "" {
+			out[corev1alpha1.VirtualNodeName(fc.Spec.ClusterID)] = fc.Spec.ClusterID
+		}
+	}
+	return out, nil
+}
+
+// Translate implements reflection.EndpointTranslator.
+func (v *View) Translate(ctx context.Context, provider string, ep discoveryv1.Endpoint, origin reflection.EndpointOrigin) (discoveryv1.Endpoint, bool) {
+	if origin.Node != "" && origin.Node == corev1alpha1.VirtualNodeName(provider) {
+		return ep, false // the provider has this pod itself
+	}
+	nc, err := v.link(ctx, provider)
+	if err != nil {
+		return ep, false
+	}
+	if nc == nil {
+		return ep, true // no network link: addresses as they are
+	}
+	if nc.Status.RemappedLocal == nil {
+		return ep, false // the provider has not said how it sees us yet
+	}
+	nodes, err := VirtualNodes(ctx, v.reader)
+	if err != nil {
+		return ep, false
+	}
+	if _, onProvider := nodes[origin.Node]; onProvider {
+		return v.transit(ctx, nc, ep, origin)
+	}
+	// A consumer-local pod: its pod-CIDR addresses in the provider's view.
+	m, err := network.ParseMapping(nc.Spec.Local.PodCIDR, nc.Status.RemappedLocal.PodCIDR)
+	if err != nil {
+		return ep, false
+	}
+	addrs := make([]string, 0, len(ep.Addresses))
+	for _, a := range ep.Addresses {
+		addr, err := netip.ParseAddr(a)
+		if err != nil {
+			return ep, false
+		}
+		if m.Original.Contains(addr) {
+			if addr, err = m.ToLocal(addr); err != nil {
+				return ep, false
+			}
+		}
+		addrs = append(addrs, addr.String())
+	}
+	ep.Addresses = addrs
+	return ep, true
+}
+
+// transit expresses an endpoint whose pod runs on another provider by the
+// pod's transit address, in the provider's view of this cluster's external
+// CIDR. Without a transit address (not allocated yet) the endpoint is left
+// out; the annotation's arrival triggers the reflection again.
+func (v *View) transit(ctx context.Context, nc *networkingv1alpha1.NetworkConfiguration, ep discoveryv1.Endpoint, origin reflection.EndpointOrigin) (discoveryv1.Endpoint, bool) {
+	if origin.Pod == nil {
+		return ep, false
+	}
+	pod := &corev1.Pod{}
+	if err := v.reader.Get(ctx, *origin.Pod, pod); err != nil {
+		return ep, false
+	}
+	addr, err := netip.ParseAddr(pod.Annotations[corev1alpha1.AnnotationTransitAddress])
+	if err != nil || len(ep.Addresses) == 0 {
+		return ep, false
+	}
+	if orig, err := netip.ParseAddr(ep.Addresses[0]); err != nil || orig.Is4() != addr.Is4() {
+		return ep, false // an IPv6 slice cannot carry an IPv4 transit address
+	}
+	m, err := network.ParseMapping(nc.Spec.Local.ExternalCIDR, nc.Status.RemappedLocal.ExternalCIDR)
+	if err != nil || !m.Original.Contains(addr) {
+		return ep, false
+	}
+	if addr, err = m.ToLocal(addr); err != nil {
+		return ep, false
+	}
+	ep.Addresses = []string{addr.String()}
+	return ep, true
+}

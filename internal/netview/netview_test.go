@@ -1,0 +1,143 @@
+package netview
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
+	"github.com/annexhq/annex/internal/agent"
+	"github.com/annexhq/annex/internal/controller/reflection"
+)
+
+// The sandbox topology seen from alpha (pod 10.200/16, external 10.70/16):
+// gamma has the same pod CIDR, so alpha maps gamma's pods to 100.64/16 and
+// gamma maps alpha's to 100.65/16; beta (10.201/16) needs no remapping.
+func world(t *testing.T, extra ...client.Object) *View {
+	t.Helper()
+	scheme, err := agent.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.200.0.0/16", ExternalCIDR: "10.70.0.0/16"}
+	objs := []client.Object{
+		fc("beta"), fc("gamma"),
+		&networkingv1alpha1.NetworkConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.AgentNamespace, Name: "gamma"},
+			Spec: networkingv1alpha1.NetworkConfigurationSpec{RemoteClusterID: "gamma", Local: local,
+				Remote: networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.200.0.0/16", ExternalCIDR: "10.72.0.0/16"}},
+			Status: networkingv1alpha1.NetworkConfigurationStatus{
+				RemappedRemote: &networkingv1alpha1.RemappedCIDRs{PodCIDR: "100.64.0.0/16"},
+				RemappedLocal:  &networkingv1alpha1.RemappedCIDRs{PodCIDR: "100.65.0.0/16", ExternalCIDR: "100.66.0.0/16"},
+			},
+		},
+		&networkingv1alpha1.NetworkConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.AgentNamespace, Name: "beta"},
+			Spec: networkingv1alpha1.NetworkConfigurationSpec{RemoteClusterID: "beta", Local: local,
+				Remote: networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.201.0.0/16", ExternalCIDR: "10.71.0.0/16"}},
+			Status: networkingv1alpha1.NetworkConfigurationStatus{
+				RemappedRemote: &networkingv1alpha1.RemappedCIDRs{}, RemappedLocal: &networkingv1alpha1.RemappedCIDRs{}},
+		},
+		pod("on-beta", "10.70.0.7"), pod("on-gamma", "10.70.0.9"), pod("no-transit", ""),
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(append(objs, extra...)...).Build()
+	return New(c)
+}
+
+func fc(id string) *corev1alpha1.ForeignCluster {
+	return &corev1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: id}, Spec: corev1alpha1.ForeignClusterSpec{ClusterID: id}}
+}
+
+func pod(name, transit string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name}}
+	if transit != "" {
+		p.Annotations = map[string]string{corev1alpha1.AnnotationTransitAddress: transit}
+	}
+	return p
+}
+
+func TestPodIP(t *testing.T) {
+	v := world(t)
+	tests := []struct {
+		provider, ip, want string
+	}{
+		{"gamma", "10.200.3.4", "100.64.3.4"},
+		{"gamma", "192.168.0.1", "192.168.0.1"}, // not a pod IP: unchanged
+		{"beta", "10.201.3.4", "10.201.3.4"},    // not remapped
+		{"delta", "10.200.3.4", "10.200.3.4"},   // no link
+		{"gamma", "not-an-ip", "not-an-ip"},
+	}
+	for _, tc := range tests {
+		if got := v.PodIP(tc.provider, tc.ip); got != tc.want {
+			t.Errorf("PodIP(%s, %s) = %s, want %s", tc.provider, tc.ip, got, tc.want)
+		}
+	}
+}
+
+func TestTranslate(t *testing.T) {
+	v := world(t)
+	ep := func(addr string) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}
+	}
+	ref := func(name string) *types.NamespacedName { return &types.NamespacedName{Namespace: "shop", Name: name} }
+	tests := []struct {
+		name     string
+		provider string
+		ep       discoveryv1.Endpoint
+		origin   reflection.EndpointOrigin
+		want     *discoveryv1.Endpoint // nil: left out
+	}{
+		{"local pod, provider remaps alpha", "gamma", ep("10.200.1.2"), reflection.EndpointOrigin{Node: "kwok-0", Pod: ref("web")}, ptr.To(ep("100.65.1.2"))},
+		{"local pod, no remap", "beta", ep("10.200.1.2"), reflection.EndpointOrigin{Node: "kwok-0"}, ptr.To(ep("10.200.1.2"))},
+		{"local host-network pod", "gamma", ep("127.0.0.1"), reflection.EndpointOrigin{Node: "kwok-0"}, ptr.To(ep("127.0.0.1"))},
+		{"pod on the provider itself", "gamma", ep("100.64.0.5"), reflection.EndpointOrigin{Node: "annex-gamma", Pod: ref("on-gamma")}, nil},
+		{"pod on another provider: transit, remapped", "gamma", ep("10.201.0.5"), reflection.EndpointOrigin{Node: "annex-beta", Pod: ref("on-beta")}, ptr.To(ep("100.66.0.7"))},
+		{"pod on another provider: transit", "beta", ep("100.64.0.5"), reflection.EndpointOrigin{Node: "annex-gamma", Pod: ref("on-gamma")}, ptr.To(ep("10.70.0.9"))},
+		{"transit not assigned yet", "beta", ep("100.64.0.6"), reflection.EndpointOrigin{Node: "annex-gamma", Pod: ref("no-transit")}, nil},
+		{"transit pod unknown", "beta", ep("100.64.0.6"), reflection.EndpointOrigin{Node: "annex-gamma", Pod: ref("gone")}, nil},
+		{"transit without a pod reference", "beta", ep("100.64.0.6"), reflection.EndpointOrigin{Node: "annex-gamma"}, nil},
+		{"IPv6 slice cannot carry an IPv4 transit", "beta", ep("fd00::1"), reflection.EndpointOrigin{Node: "annex-gamma", Pod: ref("on-gamma")}, nil},
+		{"no link: unchanged", "delta", ep("10.200.1.2"), reflection.EndpointOrigin{Node: "annex-gamma"}, ptr.To(ep("10.200.1.2"))},
+		{"no link, pod on that provider", "delta", ep("10.200.1.2"), reflection.EndpointOrigin{Node: "annex-delta"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, keep := v.Translate(context.Background(), tc.provider, tc.ep, tc.origin)
+			if tc.want == nil {
+				if keep {
+					t.Errorf("kept %v, want it left out", got.Addresses)
+				}
+				return
+			}
+			if !keep {
+				t.Fatal("left out, want it kept")
+			}
+			if diff := cmp.Diff(*tc.want, got); diff != "" {
+				t.Errorf("endpoint (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestTranslateLinkNotReady(t *testing.T) {
+	pending := &networkingv1alpha1.NetworkConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.AgentNamespace, Name: "delta"},
+		Spec: networkingv1alpha1.NetworkConfigurationSpec{RemoteClusterID: "delta",
+			Local:  networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.200.0.0/16", ExternalCIDR: "10.70.0.0/16"},
+			Remote: networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.203.0.0/16", ExternalCIDR: "10.73.0.0/16"}},
+	}
+	v := world(t, pending)
+	ep := discoveryv1.Endpoint{Addresses: []string{"10.200.1.2"}}
+	if _, keep := v.Translate(context.Background(), "delta", ep, reflection.EndpointOrigin{Node: "kwok-0"}); keep {
+		t.Error("endpoint sent before delta said how it maps alpha")
+	}
+}
