@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/clock"
@@ -37,6 +38,7 @@ import (
 	"github.com/annexhq/annex/internal/controller/tenantgc"
 	"github.com/annexhq/annex/internal/controller/transit"
 	"github.com/annexhq/annex/internal/identity"
+	"github.com/annexhq/annex/internal/kubeletserver"
 	"github.com/annexhq/annex/internal/netview"
 	"github.com/annexhq/annex/internal/remote"
 	"github.com/annexhq/annex/internal/version"
@@ -55,7 +57,9 @@ func run() error {
 	remoteOpts := remote.DefaultOptions()
 	var sliceOpts resourceslice.Options
 	var shadowPodOpts shadowpod.Options
+	var endpointOpts shadowendpointslice.Options
 	vnOpts := virtualnode.DefaultOptions()
+	kubeletOpts := kubeletserver.DefaultOptions()
 	renewFraction := 2.0 / 3
 	heartbeatInterval := 30 * time.Second
 	tenantGrace := 15 * time.Minute
@@ -69,7 +73,9 @@ func run() error {
 	remoteOpts.BindFlags(fs)
 	sliceOpts.BindFlags(fs)
 	shadowPodOpts.BindFlags(fs)
+	endpointOpts.BindFlags(fs)
 	vnOpts.BindFlags(fs)
+	kubeletOpts.BindFlags(fs)
 	fs.Float64Var(&renewFraction, "credentials-renew-fraction", renewFraction, "renew a peering token once this fraction of its lifetime has passed (0 < f < 1)")
 	fs.DurationVar(&heartbeatInterval, "consumer-heartbeat-interval", heartbeatInterval, "how often this cluster, as a consumer, renews its heartbeat Lease on each provider")
 	fs.DurationVar(&tenantGrace, "tenant-grace-period", tenantGrace, "how long this cluster, as a provider, keeps a tenant whose consumer stopped renewing its heartbeat before removing it and everything it offloaded")
@@ -89,6 +95,9 @@ func run() error {
 		return err
 	}
 	if err := remoteOpts.Validate(); err != nil {
+		return err
+	}
+	if err := kubeletOpts.Validate(); err != nil {
 		return err
 	}
 	if heartbeatInterval <= 0 || tenantGrace <= 2*heartbeatInterval {
@@ -124,6 +133,22 @@ func run() error {
 	if err := mgr.Add(remotes); err != nil {
 		return err
 	}
+	if kubeletOpts.Enabled() {
+		cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+		if err != nil {
+			return err
+		}
+		ks, err := kubeletserver.New(kubeletserver.Config{Options: kubeletOpts, NodeIP: vnOpts.NodeIP,
+			Local: mgr.GetAPIReader(), Clientset: cs, Remotes: remotes, ConnectTimeout: remoteOpts.CallTimeout,
+			Log: log.WithName("kubelet-endpoint")})
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(ks); err != nil {
+			return err
+		}
+		vnOpts.KubeletPort = kubeletOpts.Port
+	}
 	netView := netview.New(mgr.GetClient())
 	vnOpts.PodIPTranslator = netView.PodIP
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
@@ -136,7 +161,7 @@ func run() error {
 		reflection.New(mgr.GetClient(), remotes, id.ClusterID, reflection.Options{Translator: netView}),
 		remotenamespace.New(mgr.GetClient(), mgr.GetEventRecorder("annex-remotenamespace"), remotenamespace.Options{}),
 		shadowpod.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowpod"), shadowPodOpts),
-		shadowendpointslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowendpointslice"), shadowendpointslice.Options{}),
+		shadowendpointslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowendpointslice"), endpointOpts),
 		virtualnode.NewReconciler(mgr, remotes, id.ClusterID, vnOpts),
 		&heartbeat.Reconciler{Client: mgr.GetClient(), Remotes: remotes, LocalClusterID: id.ClusterID, Clock: clock.RealClock{}, Interval: heartbeatInterval},
 		&tenantgc.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("annex-tenantgc"), Clock: clock.RealClock{}, GracePeriod: tenantGrace},
@@ -161,7 +186,8 @@ func run() error {
 		// Usually this cluster's own API server stopped answering. Start over
 		// as a fresh process (same PID, nothing of the old one left running)
 		// and campaign again, rather than exit and leave the cluster without
-		// an agent until something restarts it.
+		// an agent until something restarts it. The environment keeps the
+		// leader identity, so a Lease still in our name is taken back at once.
 		log.Error(err, "lost leadership; restarting")
 		time.Sleep(2 * time.Second)
 		self, _ := os.Executable()

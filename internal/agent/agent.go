@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -16,10 +17,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -128,16 +131,23 @@ func NewManager(cfg *rest.Config, o Options, byObject ...map[client.Object]cache
 	if err != nil {
 		return nil, err
 	}
+	var lock resourcelock.Interface
+	if o.LeaderElect {
+		if lock, err = leaderLock(cfg, o); err != nil {
+			return nil, err
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		LeaderElection:                o.LeaderElect,
-		LeaderElectionID:              o.LeaderElectionID,
-		LeaderElectionNamespace:       o.Namespace,
-		LeaderElectionReleaseOnCancel: true,
-		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
-		HealthProbeBindAddress:        o.HealthProbeAddress,
-		GracefulShutdownTimeout:       &o.GracefulStopTimeout,
-		Cache:                         cache.Options{ByObject: cacheByObject(byObject...), DefaultTransform: cache.TransformStripManagedFields()},
+		LeaderElectionResourceLockInterface: lock,
+		Scheme:                              scheme,
+		LeaderElection:                      o.LeaderElect,
+		LeaderElectionID:                    o.LeaderElectionID,
+		LeaderElectionNamespace:             o.Namespace,
+		LeaderElectionReleaseOnCancel:       true,
+		Metrics:                             metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:              o.HealthProbeAddress,
+		GracefulShutdownTimeout:             &o.GracefulStopTimeout,
+		Cache:                               cache.Options{ByObject: cacheByObject(byObject...), DefaultTransform: cache.TransformStripManagedFields()},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
@@ -153,6 +163,37 @@ func NewManager(cfg *rest.Config, o Options, byObject ...map[client.Object]cache
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// leaderIdentityEnv carries the agent's leader-election identity across the
+// re-exec that follows a lost leadership (see cmd/annex-agent).
+const leaderIdentityEnv = "ANNEX_AGENT_LEADER_IDENTITY"
+
+// leaderLock is the leader-election Lease lock. Its identity is
+// <hostname>_<uuid>, kept in the environment so that the agent keeps it when
+// it re-executes itself: a Lease still held under its own name (its API
+// server went away, so it could neither renew nor release it) is then taken
+// back at once instead of after the Lease expires.
+func leaderLock(cfg *rest.Config, o Options) (resourcelock.Interface, error) {
+	id := os.Getenv(leaderIdentityEnv)
+	if id == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, err
+		}
+		id = host + "_" + string(uuid.NewUUID())
+		if err := os.Setenv(leaderIdentityEnv, id); err != nil {
+			return nil, err
+		}
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = 5 * time.Second // half the renew deadline: one hung call cannot cost the lease
+	cs, err := kubernetes.NewForConfig(rest.AddUserAgent(cfg, "leader-election"))
+	if err != nil {
+		return nil, err
+	}
+	return resourcelock.New(resourcelock.LeasesResourceLock, o.Namespace, o.LeaderElectionID,
+		cs.CoreV1(), cs.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
 }
 
 // cacheByObject keeps only Annex's own Leases (heartbeats, not every node's)

@@ -2,8 +2,10 @@
 // sandbox and benchmarks: it starts etcd, kube-apiserver (TLS with its own
 // CA, service-account signing keys, Node+RBAC authorization),
 // kube-controller-manager, kube-scheduler and kwok (simulated nodes whose
-// pods go Running with IPs) from the binaries tools/kube builds, all on free
-// loopback ports, and stops them again without leaving a process behind.
+// pods go Running with IPs, and serve a log line, KwokLogLine, and exec
+// through a kubelet endpoint the API server verifies with the cluster CA)
+// from the binaries tools/kube builds, all on free loopback ports, and stops
+// them again without leaving a process behind.
 //
 // It also injects the faults failure tests need: killing the API server (a
 // dead peer), pausing it with SIGSTOP (a hung peer), resuming and restarting
@@ -349,6 +351,9 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err := c.issueCertificates(time.Now()); err != nil {
 		return nil, err
 	}
+	if err := writeKwokDebugging(l, o.Name, time.Now()); err != nil {
+		return nil, err
+	}
 	p.step("certificates ready")
 
 	pp, err := freePorts(6)
@@ -424,7 +429,8 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 			args:   func() []string { return kwokArgs(l, &c.st, stageFiles) },
 			repick: c.repickOne(&c.st.Ports.Kwok),
 			ready: func(ctx context.Context) error {
-				return probeGet(ctx, probe, loopbackURL("http", c.st.Ports.Kwok)+"/healthz")
+				// Over HTTPS: this also checks kwok's serving certificate.
+				return probeGet(ctx, probe, loopbackURL("https", c.st.Ports.Kwok)+"/healthz")
 			},
 		},
 	}
@@ -439,6 +445,9 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := bindKubeletClient(ctx, cs); err != nil {
 		return nil, err
 	}
 	if err := c.createNodes(ctx, cs); err != nil {
@@ -711,6 +720,8 @@ func (c *Cluster) issueCertificates(now time.Time) error {
 		{Scheduler, loopbackServing("system:kube-scheduler")},
 		{Kwok, clientCert("kwok", "system:masters")},
 		{"front-proxy-client", clientCert(frontProxyUser)},
+		{kubeletClientCertName, clientCert(kubeletClientUser)},
+		{kwokServingCertName, loopbackServing("kwok")},
 	}
 	for _, ct := range certs {
 		if _, _, err := ca.issueToFiles(files, ct.name, ct.req, now); err != nil {

@@ -37,6 +37,12 @@ const (
 // frontProxyUser is the user the API server's aggregator proxies as.
 const frontProxyUser = "front-proxy-client"
 
+// Names of the certificates (in the PKI directory) of the kubelet API.
+const (
+	kubeletClientCertName = "apiserver-kubelet-client"
+	kwokServingCertName   = "kwok-serving"
+)
+
 // serviceAccountIssuer is the issuer of the cluster's service-account tokens.
 const serviceAccountIssuer = "https://kubernetes.default.svc"
 
@@ -109,6 +115,12 @@ func apiServerArgs(l layout, s *state) []string {
 		// Nothing routes Service IPs on the host: the aggregator
 		// dials endpoints directly.
 		"--enable-aggregator-routing=true",
+		// Kubelets (kwok, virtual nodes) must present a serving
+		// certificate of the cluster CA; the API server authenticates to
+		// them with a client certificate.
+		"--kubelet-certificate-authority=" + pki.caCert(),
+		"--kubelet-client-certificate=" + pki.cert(kubeletClientCertName),
+		"--kubelet-client-key=" + pki.key(kubeletClientCertName),
 	}
 }
 
@@ -136,6 +148,12 @@ func controllerManagerArgs(l layout, s *state) []string {
 		"--node-cidr-mask-size=" + strconv.Itoa(mask),
 		"--service-cluster-ip-range=" + s.ServiceCIDR,
 		"--cluster-name=" + s.Name,
+		// A node whose Lease is not renewed for this long is marked
+		// Unknown and all its pods Ready=False. kwok never sets them Ready
+		// again (a kubelet would), so a fault-injection test that keeps an
+		// API server down for half a minute would find the provider's own
+		// pods NotReady afterwards. Real clusters use 40 s.
+		"--node-monitor-grace-period=5m",
 		// The default client rate limit (20 qps) makes the controller
 		// manager take ~5 s to start its controllers, each with its own
 		// service-account client.
@@ -180,6 +198,14 @@ func kwokArgs(l layout, s *state, stageFiles []string) []string {
 		"--node-lease-duration-seconds=" + strconv.Itoa(kwokNodeLeaseSeconds),
 		// Without an explicit address kwok serves on 0.0.0.0:<node-port>.
 		"--server-address=" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Ports.Kwok)),
+		// The port the nodes advertise (status.daemonEndpoints), where
+		// the API server fetches logs and runs exec.
+		"--node-port=" + strconv.Itoa(s.Ports.Kwok),
+		// kwok serves HTTP and HTTPS on one port; the API server
+		// verifies this certificate with the cluster CA.
+		"--tls-cert-file=" + l.pki().cert(kwokServingCertName),
+		"--tls-private-key-file=" + l.pki().key(kwokServingCertName),
+		"--config=" + l.kwokConfig(),
 	}
 	for _, f := range stageFiles {
 		args = append(args, "--config="+f)

@@ -179,6 +179,8 @@ func (c *Cluster) PauseAPIServer() error {
 
 // ResumeAPIServer undoes PauseAPIServer (SIGCONT) or KillAPIServer
 // (restarts it with the same port and arguments) and waits until it is ready.
+// After a restart the components watching it restart too, see
+// restartWatchers.
 func (c *Cluster) ResumeAPIServer(ctx context.Context) error {
 	cs, err := c.apiServer()
 	if err != nil {
@@ -189,17 +191,49 @@ func (c *Cluster) ResumeAPIServer(ctx context.Context) error {
 		if err := signal(cs.PID, cs.StartTime, syscall.SIGCONT); err != nil {
 			return fmt.Errorf("localcluster: resume API server: %w", err)
 		}
+		return c.awaitAPIServer(ctx)
 	case procDead:
 		if err := c.respawn(cs); err != nil {
 			return fmt.Errorf("localcluster: restart API server: %w", err)
 		}
+		if err := c.awaitAPIServer(ctx); err != nil {
+			return err
+		}
+		return c.restartWatchers(ctx)
 	}
 	return c.awaitAPIServer(ctx)
 }
 
+// restartWatchers restarts the components that watch the API server
+// (controller-manager, scheduler, kwok) after it came back from the dead.
+// Their watches are client-go reflectors: after an outage of a few tens of
+// seconds their backoff reaches 30 s, so a pod created right after the
+// restart would wait up to a minute to be scheduled and run. Fresh processes
+// list at once; no state is lost (it all lives in the API server).
+func (c *Cluster) restartWatchers(ctx context.Context) error {
+	c.refresh()
+	c.mu.Lock()
+	var comps []componentState
+	for _, name := range []string{ControllerManager, Scheduler, Kwok} {
+		if cs := c.st.component(name); cs != nil {
+			comps = append(comps, *cs)
+		}
+	}
+	c.mu.Unlock()
+	if err := c.stopProcesses(ctx, comps); err != nil {
+		return fmt.Errorf("localcluster: restart after the API server: %w", err)
+	}
+	for _, cs := range comps {
+		if err := c.respawn(cs); err != nil {
+			return fmt.Errorf("localcluster: restart %s: %w", cs.Name, err)
+		}
+	}
+	return nil
+}
+
 // RestartAPIServer stops the API server (SIGTERM, SIGKILL after a bound),
-// starts it again with the same port and arguments, and waits until it is
-// ready.
+// starts it again with the same port and arguments, waits until it is
+// ready, and restarts the components watching it (see restartWatchers).
 func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	cs, err := c.apiServer()
 	if err != nil {
@@ -211,7 +245,10 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	if err := c.respawn(cs); err != nil {
 		return fmt.Errorf("localcluster: restart API server: %w", err)
 	}
-	return c.awaitAPIServer(ctx)
+	if err := c.awaitAPIServer(ctx); err != nil {
+		return err
+	}
+	return c.restartWatchers(ctx)
 }
 
 // awaitAPIServer waits for /readyz after a resume or restart.

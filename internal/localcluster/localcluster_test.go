@@ -320,6 +320,9 @@ func TestComponentArgs(t *testing.T) {
 			args: apiServerArgs(l, s),
 			want: map[string]string{
 				"etcd-servers":                     "http://127.0.0.1:2379",
+				"kubelet-certificate-authority":    "/d/pki/ca.crt",
+				"kubelet-client-certificate":       "/d/pki/apiserver-kubelet-client.crt",
+				"kubelet-client-key":               "/d/pki/apiserver-kubelet-client.key",
 				"bind-address":                     "127.0.0.1",
 				"advertise-address":                "127.0.0.1",
 				"secure-port":                      "6443",
@@ -371,7 +374,10 @@ func TestComponentArgs(t *testing.T) {
 				"manage-nodes-with-label-selector": "type=kwok",
 				"cidr":                             "10.244.0.0/16",
 				"server-address":                   "127.0.0.1:10247",
-				"config":                           "/s/a.yaml,/s/b.yaml",
+				"node-port":                        "10247",
+				"tls-cert-file":                    "/d/pki/kwok-serving.crt",
+				"tls-private-key-file":             "/d/pki/kwok-serving.key",
+				"config":                           "/d/kwok/debugging.yaml,/s/a.yaml,/s/b.yaml",
 				"node-lease-duration-seconds":      "40",
 			},
 		},
@@ -778,6 +784,10 @@ func TestStartKillPauseResume(t *testing.T) {
 		t.Errorf("pod IP %q not in pod CIDR %s", got.Status.PodIP, c.PodCIDR())
 	}
 	t.Logf("pod web Running on %s with IP %s", got.Spec.NodeName, got.Status.PodIP)
+
+	// kubectl logs and exec work: the API server reaches kwok's kubelet
+	// endpoint, verifying its certificate with the cluster CA.
+	checkKwokLogsAndExec(ctx, t, c, cfg, "default", "web")
 
 	// Every node renews a Lease, as a kubelet does: without one the node
 	// lifecycle controller marks the node Unknown and its pods NotReady once

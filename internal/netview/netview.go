@@ -11,7 +11,10 @@
 //     the consumer's pod CIDR, pods on P itself dropped, pods on another
 //     provider Q through their transit address (annotation
 //     annex.dev/transit-address, see internal/controller/transit) expressed
-//     through P's mapping of the consumer's external CIDR.
+//     through P's mapping of the consumer's external CIDR;
+//   - DirectConnection describes such an endpoint for direct connections
+//     (internal/directconn): Q, its transit address, and the pod's address
+//     in Q's own network.
 //
 // A provider without a NetworkConfiguration (peered with --no-network) gets
 // addresses unchanged, as before the network model existed. A provider whose
@@ -34,6 +37,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	"github.com/annexhq/annex/internal/controller/reflection"
+	"github.com/annexhq/annex/internal/directconn"
 	"github.com/annexhq/annex/internal/network"
 )
 
@@ -143,6 +147,40 @@ func (v *View) Translate(ctx context.Context, provider string, ep discoveryv1.En
 	}
 	ep.Addresses = addrs
 	return ep, true
+}
+
+// DirectConnection implements reflection.DirectConnector: for an endpoint
+// whose pod runs on another provider Q (so out carries its transit
+// address), the entry that lets provider reach the pod directly: Q, out's
+// address, and the pod's address in Q's own network (this cluster's view
+// translated back through its link with Q; unchanged without a link).
+func (v *View) DirectConnection(ctx context.Context, provider string, in discoveryv1.Endpoint, origin reflection.EndpointOrigin, out discoveryv1.Endpoint) (directconn.Entry, bool) {
+	nodes, err := VirtualNodes(ctx, v.reader)
+	if err != nil {
+		return directconn.Entry{}, false
+	}
+	q, onProvider := nodes[origin.Node]
+	if !onProvider || q == provider || len(in.Addresses) == 0 || len(out.Addresses) == 0 {
+		return directconn.Entry{}, false
+	}
+	addr, err := netip.ParseAddr(in.Addresses[0])
+	if err != nil {
+		return directconn.Entry{}, false
+	}
+	nc, err := v.link(ctx, q)
+	if err != nil {
+		return directconn.Entry{}, false
+	}
+	if nc != nil && nc.Status.RemappedRemote != nil {
+		m, err := network.ParseMapping(nc.Spec.Remote.PodCIDR, nc.Status.RemappedRemote.PodCIDR)
+		if err != nil || !m.View().Contains(addr) {
+			return directconn.Entry{}, false
+		}
+		if addr, err = m.ToRemote(addr); err != nil {
+			return directconn.Entry{}, false
+		}
+	}
+	return directconn.Entry{ClusterID: q, Address: out.Addresses[0], PodAddress: addr.String()}, true
 }
 
 // transit expresses an endpoint whose pod runs on another provider by the

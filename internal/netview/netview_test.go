@@ -17,6 +17,7 @@ import (
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	"github.com/annexhq/annex/internal/agent"
 	"github.com/annexhq/annex/internal/controller/reflection"
+	"github.com/annexhq/annex/internal/directconn"
 )
 
 // The sandbox topology seen from alpha (pod 10.200/16, external 10.70/16):
@@ -139,5 +140,39 @@ func TestTranslateLinkNotReady(t *testing.T) {
 	ep := discoveryv1.Endpoint{Addresses: []string{"10.200.1.2"}}
 	if _, keep := v.Translate(context.Background(), "delta", ep, reflection.EndpointOrigin{Node: "kwok-0"}); keep {
 		t.Error("endpoint sent before delta said how it maps alpha")
+	}
+}
+
+func TestDirectConnection(t *testing.T) {
+	v := world(t)
+	ep := func(addr string) discoveryv1.Endpoint { return discoveryv1.Endpoint{Addresses: []string{addr}} }
+	ref := &types.NamespacedName{Namespace: "shop", Name: "on-gamma"}
+	tests := []struct {
+		name     string
+		provider string
+		in, out  string
+		node     string
+		want     *directconn.Entry
+	}{
+		// alpha sees gamma's pods in 100.64/16; gamma's own view is 10.200/16.
+		{"pod on gamma, sent to beta", "beta", "100.64.3.7", "10.70.0.9", "annex-gamma", &directconn.Entry{ClusterID: "gamma", Address: "10.70.0.9", PodAddress: "10.200.3.7"}},
+		{"pod on beta (not remapped), sent to gamma", "gamma", "10.201.0.5", "100.66.0.7", "annex-beta", &directconn.Entry{ClusterID: "beta", Address: "100.66.0.7", PodAddress: "10.201.0.5"}},
+		{"pod on the provider itself", "gamma", "100.64.3.7", "100.64.3.7", "annex-gamma", nil},
+		{"consumer-local pod", "beta", "10.200.1.2", "10.200.1.2", "kwok-0", nil},
+		{"address outside alpha's view of gamma", "beta", "10.201.3.7", "10.70.0.9", "annex-gamma", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := v.DirectConnection(context.Background(), tc.provider, ep(tc.in), reflection.EndpointOrigin{Node: tc.node, Pod: ref}, ep(tc.out))
+			if tc.want == nil {
+				if ok {
+					t.Errorf("got %+v, want none", got)
+				}
+				return
+			}
+			if diff := cmp.Diff(*tc.want, got); !ok || diff != "" {
+				t.Errorf("ok=%v, entry (-want +got):\n%s", ok, diff)
+			}
+		})
 	}
 }

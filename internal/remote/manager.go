@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/metrics"
 )
 
 // Errors returned by Manager.Client, Manager.Clientset and Manager.RESTConfig.
@@ -252,6 +253,7 @@ func (m *Manager) Remove(clusterID string) {
 		m.statusQueue.Forget(clusterID)
 	}
 	m.mu.Unlock()
+	metrics.Forget(clusterID)
 	m.log.Info("Peer removed", "clusterID", clusterID)
 	if wasReachable {
 		m.notify(clusterID)
@@ -298,6 +300,9 @@ func (m *Manager) SetPermanentlyUnreachable(clusterID string, v bool) {
 		m.startProberLocked(p)
 	}
 	m.mu.Unlock()
+	if v {
+		metrics.PeerReachable.WithLabelValues(clusterID).Set(0)
+	}
 	m.log.Info("Peer marked permanently unreachable", "clusterID", clusterID, "marked", v)
 	if v || wasReachable {
 		// Marking also tells subscribers waiting for a first verdict to
@@ -553,7 +558,14 @@ func (m *Manager) record(p *peer, run *prober, u string, res probeResult) {
 	state, failures := p.tracker.state, p.tracker.failures
 	m.mu.Unlock()
 
+	switch state {
+	case reachable:
+		metrics.PeerReachable.WithLabelValues(p.id).Set(1)
+	case unreachable:
+		metrics.PeerReachable.WithLabelValues(p.id).Set(0)
+	}
 	if changed {
+		metrics.PeerTransitions.WithLabelValues(p.id, state.String()).Inc()
 		m.log.Info("Peer reachability changed", "clusterID", p.id, "from", prev.String(), "to", state.String(),
 			"reason", res.reason, "detail", res.detail, "consecutiveFailures", failures)
 		m.notify(p.id)

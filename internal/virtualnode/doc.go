@@ -18,7 +18,9 @@
 //     annex.dev/remote-cluster-id, kubernetes.io/hostname, kubernetes.io/os
 //     and spec.labels; taint annex.dev/virtual-node=<provider>:NoSchedule
 //     and spec.taints; capacity and allocatable from spec.resources; the
-//     InternalIP of Options.NodeIP), renews its Lease and writes its status.
+//     InternalIP of Options.NodeIP, and no Hostname address, which the API
+//     server would prefer to reach the kubelet endpoint; the daemon endpoint
+//     port Options.KubeletPort), renews its Lease and writes its status.
 //     Ready follows the provider's reachability (Ready=False, reason
 //     ProviderUnreachable, while it is unreachable). The node controller
 //     only writes status and metadata, so the taints are kept in step by the
@@ -34,6 +36,8 @@
 //     is not used because it would also start cluster-wide ConfigMap, Secret
 //     and Service informers per node.
 //
-// No kubelet HTTP endpoint is served yet (no logs or exec): the Node's
-// daemon endpoint port is 0.
+// The kubelet HTTP endpoint (kubectl logs and exec) is not served here but
+// by the kubeletserver package: one HTTPS server for every virtual node of
+// the agent, on Options.NodeIP and Options.KubeletPort, which each Node
+// advertises in status.daemonEndpoints (0: no endpoint).
 package virtualnode

@@ -58,6 +58,7 @@ type virtualNode struct {
 	mu         sync.Mutex
 	spec       corev1alpha1.VirtualNodeSpec
 	probe      podreflector.Reachability // Unknown, Reachable or Unreachable
+	reported   podreflector.Reachability // last pushed to the reflector
 	permanent  bool
 	carried    *corev1.NodeCondition // the Node's Ready condition at start
 	ready      corev1.NodeCondition  // last Ready condition built
@@ -285,11 +286,38 @@ func (n *virtualNode) setPermanent(v bool) {
 // pushReachability hands the effective reachability to the reflector and
 // schedules a Node status write.
 func (n *virtualNode) pushReachability() {
-	st := n.reachability()
+	n.mu.Lock()
+	st := n.reachabilityLocked()
+	prev := n.reported
+	n.reported = st
+	n.mu.Unlock()
 	if n.reflector != nil {
 		n.reflector.SetReachability(st)
 	}
 	signal(n.dirty)
+	n.reachabilityEvent(prev, st)
+}
+
+// reachabilityEvent records an Event on the Node when the provider becomes
+// unreachable or reachable again.
+func (n *virtualNode) reachabilityEvent(prev, st podreflector.Reachability) {
+	if n.deps.recorder == nil || prev == st {
+		return
+	}
+	ref := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, UID: types.UID(n.name)}}
+	switch st {
+	case podreflector.Unreachable:
+		n.deps.recorder.Eventf(ref, nil, corev1.EventTypeWarning, podreflector.ReasonProviderUnreachable, "MarkNotReady",
+			"provider %s does not answer its health probes: node and its pods marked NotReady", n.clusterID)
+	case podreflector.PermanentlyUnreachable:
+		n.deps.recorder.Eventf(ref, nil, corev1.EventTypeWarning, podreflector.ReasonProviderUnreachable, "MarkNotReady",
+			"provider %s is marked permanently unreachable (forced unpeer): node and its pods marked NotReady", n.clusterID)
+	case podreflector.Reachable:
+		if prev != podreflector.Unknown {
+			n.deps.recorder.Eventf(ref, nil, corev1.EventTypeNormal, "ProviderReachable", "Resync",
+				"provider %s answers again: pods follow the remote truth", n.clusterID)
+		}
+	}
 }
 
 // setNamespaces sets the offloaded namespaces (local -> remote).
@@ -315,7 +343,7 @@ func (n *virtualNode) node() *corev1.Node {
 	}
 	n.ready = ready
 	return buildNode(nodeParams{
-		Name: n.name, ClusterID: n.clusterID, NodeIP: n.deps.opts.NodeIP,
+		Name: n.name, ClusterID: n.clusterID, NodeIP: n.deps.opts.NodeIP, KubeletPort: n.deps.opts.KubeletPort,
 		Spec: &n.spec, Ready: ready, Created: n.created,
 	})
 }

@@ -44,7 +44,9 @@ type nodeParams struct {
 	Name      string
 	ClusterID string
 	NodeIP    string
-	Spec      *corev1alpha1.VirtualNodeSpec
+	// KubeletPort is the port of the kubelet endpoint; 0 when none.
+	KubeletPort int
+	Spec        *corev1alpha1.VirtualNodeSpec
 	// Ready is the Ready condition (with its transition time).
 	Ready corev1.NodeCondition
 	// Created stamps the transition time of the constant conditions.
@@ -54,7 +56,9 @@ type nodeParams struct {
 // buildNode returns the Node of a virtual node: labels (spec.labels, then
 // the agent's, which win), the virtual-node taint and spec.taints, capacity
 // and allocatable from spec.resources, Ready as given, the other kubelet
-// conditions False, the InternalIP and Hostname addresses.
+// conditions False, the InternalIP address and the kubelet endpoint's port.
+// There is no Hostname address: the API server prefers it by default to
+// reach a kubelet, and the node's name resolves to nothing.
 func buildNode(p nodeParams) *corev1.Node {
 	labels := maps.Clone(p.Spec.Labels)
 	if labels == nil {
@@ -99,7 +103,9 @@ func buildNode(p nodeParams) *corev1.Node {
 			},
 			Addresses: []corev1.NodeAddress{
 				{Type: corev1.NodeInternalIP, Address: p.NodeIP},
-				{Type: corev1.NodeHostName, Address: p.Name},
+			},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{
+				KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(p.KubeletPort)},
 			},
 			NodeInfo: corev1.NodeSystemInfo{
 				OperatingSystem:         "linux",

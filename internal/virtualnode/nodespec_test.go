@@ -30,7 +30,7 @@ func TestBuildNode(t *testing.T) {
 		Taints:    []corev1.Taint{{Key: "example.com/x", Value: "y", Effect: corev1.TaintEffectNoExecute}},
 	}
 	ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: ReasonProviderReachable, LastTransitionTime: created}
-	got := buildNode(nodeParams{Name: "annex-beta", ClusterID: "beta", NodeIP: "127.0.0.1", Spec: spec, Ready: ready, Created: created})
+	got := buildNode(nodeParams{Name: "annex-beta", ClusterID: "beta", NodeIP: "127.0.0.1", KubeletPort: 10250, Spec: spec, Ready: ready, Created: created})
 	pressure := func(ty corev1.NodeConditionType) corev1.NodeCondition {
 		return corev1.NodeCondition{Type: ty, Status: corev1.ConditionFalse, Reason: reasonManagedByProvider,
 			Message: "provider beta manages its own resources", LastTransitionTime: created}
@@ -45,11 +45,12 @@ func TestBuildNode(t *testing.T) {
 			{Key: "example.com/x", Value: "y", Effect: corev1.TaintEffectNoExecute},
 		}},
 		Status: corev1.NodeStatus{
-			Capacity:    spec.Resources,
-			Allocatable: spec.Resources,
-			Phase:       corev1.NodeRunning,
-			Conditions:  []corev1.NodeCondition{ready, pressure(corev1.NodeMemoryPressure), pressure(corev1.NodeDiskPressure), pressure(corev1.NodePIDPressure)},
-			Addresses:   []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: "annex-beta"}},
+			Capacity:        spec.Resources,
+			Allocatable:     spec.Resources,
+			Phase:           corev1.NodeRunning,
+			Conditions:      []corev1.NodeCondition{ready, pressure(corev1.NodeMemoryPressure), pressure(corev1.NodeDiskPressure), pressure(corev1.NodePIDPressure)},
+			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
 			NodeInfo: corev1.NodeSystemInfo{OperatingSystem: "linux", KubeletVersion: version.Version,
 				OSImage: "Annex virtual node for provider beta", ContainerRuntimeVersion: "annex://" + version.Version},
 		},

@@ -36,6 +36,11 @@ type Options struct {
 	KubeAPIBurst int
 	// PodIPTranslator translates pod IPs; nil means the identity. Not a flag.
 	PodIPTranslator PodIPTranslator
+	// KubeletPort is the port of the kubelet endpoint that serves the
+	// virtual nodes (logs, exec), advertised in each Node's
+	// status.daemonEndpoints; 0 when none is served. Not a flag: the
+	// kubeletserver package's --kubelet-port.
+	KubeletPort int
 }
 
 // DefaultOptions returns the settings used when a flag is not given.

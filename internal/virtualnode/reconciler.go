@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -203,7 +204,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	if !vn.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.finalize(ctx, vn)
+		return r.finalize(ctx, vn)
 	}
 	if !controllerutil.ContainsFinalizer(vn, Finalizer) {
 		patch := client.MergeFrom(vn.DeepCopy())
@@ -288,39 +289,83 @@ func (r *Reconciler) takeNode(key types.NamespacedName) *virtualNode {
 	return n
 }
 
-// finalize stops the virtual node of a deleted VirtualNode, deletes its
-// Node and Lease, and releases the finalizer. When the provider is
-// permanently unreachable (forced unpeer) the pods bound to the node are
-// deleted at once; otherwise Kubernetes' pod garbage collector removes the
-// pods of the vanished Node.
-func (r *Reconciler) finalize(ctx context.Context, vn *corev1alpha1.VirtualNode) error {
+// drainPoll is how often a draining virtual node is looked at again.
+const drainPoll = time.Second
+
+// finalize removes the virtual node of a deleted VirtualNode. With a
+// provider that is not permanently unreachable it first drains the node: it
+// cordons it and deletes every pod bound to it with the pod's own grace
+// period, while the virtual node keeps running and carries the deletions to
+// the provider; replacements are scheduled elsewhere. It waits (requeueing)
+// until no pod is left; a provider that stops answering meanwhile holds the
+// drain until it answers again or is marked unreachable. With a permanently
+// unreachable provider (forced unpeer) the pods are deleted at once, without
+// a remote call. Then it stops the virtual node, deletes its Node and Lease,
+// and releases the finalizer.
+func (r *Reconciler) finalize(ctx context.Context, vn *corev1alpha1.VirtualNode) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(vn, Finalizer) {
-		return nil
+		return ctrl.Result{}, nil
 	}
+	log := logf.FromContext(ctx)
 	key := types.NamespacedName{Namespace: vn.Namespace, Name: vn.Name}
-	if n := r.takeNode(key); n != nil {
-		n.stop()
-	}
 	name := vn.NodeName()
 	permanent, _, err := r.foreignClusterState(ctx, vn.Spec.ClusterID)
 	if err != nil {
-		return err
+		return ctrl.Result{}, err
 	}
 	if permanent {
 		if err := r.forceDeletePods(ctx, name); err != nil {
-			return err
+			return ctrl.Result{}, err
+		}
+	} else {
+		left, err := r.drain(ctx, name)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if left > 0 {
+			log.Info("Draining the virtual node", "node", name, "podsLeft", left)
+			return ctrl.Result{RequeueAfter: drainPoll}, nil
 		}
 	}
+	if n := r.takeNode(key); n != nil {
+		n.stop()
+	}
 	if err := r.deleteNode(ctx, name); err != nil {
-		return err
+		return ctrl.Result{}, err
 	}
 	patch := client.MergeFrom(vn.DeepCopy())
 	controllerutil.RemoveFinalizer(vn, Finalizer)
 	if err := r.client.Patch(ctx, vn, patch); err != nil && !apierrors.IsNotFound(err) {
-		return err
+		return ctrl.Result{}, err
 	}
-	logf.FromContext(ctx).Info("Virtual node removed", "node", name)
-	return nil
+	log.Info("Virtual node removed", "node", name)
+	return ctrl.Result{}, nil
+}
+
+// drain cordons Node name and deletes the pods bound to it that are not
+// being deleted yet; it returns how many pods are still bound to it.
+func (r *Reconciler) drain(ctx context.Context, name string) (int, error) {
+	cs := r.deps.cs
+	_, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return 0, fmt.Errorf("cordon Node %s: %w", name, err)
+	}
+	list, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", name).String()})
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	for _, p := range list.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		uid := p.UID
+		err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			errs = append(errs, err)
+		}
+	}
+	return len(list.Items), errors.Join(errs...)
 }
 
 // deleteNode deletes a Node and its Lease.

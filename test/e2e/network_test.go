@@ -20,6 +20,93 @@ import (
 	"github.com/annexhq/annex/internal/network"
 )
 
+// checkDirect links beta and gamma, asks for direct connections on svc and
+// checks that each provider reaches the other's pod at its own view of the
+// pod's real address; then it undoes both and checks the transit route is
+// back.
+func checkDirect(t *testing.T, ns string, svc *corev1.Service, local, onBeta, onGamma *corev1.Pod, ca, cb, cg client.Client) {
+	ctx := context.Background()
+	remoteNS := ns + "-alpha"
+	beta, gamma := env.clusters[1], env.clusters[2]
+	if out, err := annexctl(t, "network", "connect", "--kubeconfig", beta.KubeconfigPath(), "--remote-kubeconfig", gamma.KubeconfigPath()); err != nil {
+		t.Fatalf("network connect beta gamma: %v\n%s", err, out)
+	}
+	direct := func(v string) {
+		t.Helper()
+		patch := client.MergeFrom(svc.DeepCopy())
+		if v == "" {
+			delete(svc.Annotations, corev1alpha1.AnnotationUseDirectConnections)
+		} else {
+			svc.Annotations = map[string]string{corev1alpha1.AnnotationUseDirectConnections: v}
+		}
+		if err := ca.Patch(ctx, svc, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	direct("true")
+	realPod := func(c client.Client, name string) string {
+		t.Helper()
+		p := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: remoteNS, Name: name}, p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Status.PodIP
+	}
+	var betaGamma, gammaBeta *networkingv1alpha1.NetworkConfiguration
+	eventually(t, 30*time.Second, "beta-gamma link ready", func() (err error) {
+		if betaGamma, err = link(ctx, cb, "gamma"); err != nil {
+			return err
+		}
+		gammaBeta, err = link(ctx, cg, "beta")
+		return err
+	})
+	gammaOnBeta := mustTranslate(t, realPod(cg, onGamma.Name), betaGamma.Spec.Remote.PodCIDR, betaGamma.Status.RemappedRemote.PodCIDR)
+	betaOnGamma := mustTranslate(t, realPod(cb, onBeta.Name), gammaBeta.Spec.Remote.PodCIDR, gammaBeta.Status.RemappedRemote.PodCIDR)
+	betaAlpha, err := link(ctx, cb, "alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	localOnBeta := mustTranslate(t, local.Status.PodIP, betaAlpha.Spec.Remote.PodCIDR, betaAlpha.Status.RemappedRemote.PodCIDR)
+	for _, c := range []struct {
+		name   string
+		client client.Client
+		want   string
+	}{{"beta", cb, gammaOnBeta}, {"gamma", cg, betaOnGamma}} {
+		eventually(t, 30*time.Second, c.name+" reaches the other provider's pod directly", func() error {
+			got, err := sliceAddresses(ctx, c.client, remoteNS, "mix")
+			if err == nil && !slices.Contains(got, c.want) {
+				err = fmt.Errorf("%s has %v, want %s among them", c.name, got, c.want)
+			}
+			return err
+		})
+	}
+	if got, _ := sliceAddresses(ctx, cb, remoteNS, "mix"); !slices.Contains(got, localOnBeta) {
+		t.Errorf("beta's endpoints %v lost the alpha-local pod %s", got, localOnBeta)
+	}
+	t.Logf("direct: beta reaches gamma's pod at %s, gamma reaches beta's at %s", gammaOnBeta, betaOnGamma)
+	real := &discoveryv1.EndpointSliceList{}
+	if err := cb.List(ctx, real, client.InNamespace(remoteNS), client.MatchingLabels{discoveryv1.LabelServiceName: "mix"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range real.Items {
+		if _, ok := s.Annotations[corev1alpha1.AnnotationDirectConnectionsData]; ok {
+			t.Errorf("EndpointSlice %s carries the direct-connections data", s.Name)
+		}
+	}
+
+	direct("")
+	if out, err := annexctl(t, "network", "disconnect", "--kubeconfig", beta.KubeconfigPath(), "--remote-kubeconfig", gamma.KubeconfigPath()); err != nil {
+		t.Fatalf("network disconnect beta gamma: %v\n%s", err, out)
+	}
+	eventually(t, 30*time.Second, "beta back on the transit route", func() error {
+		got, err := sliceAddresses(ctx, cb, remoteNS, "mix")
+		if err == nil && slices.Contains(got, gammaOnBeta) {
+			err = fmt.Errorf("beta still has %s", gammaOnBeta)
+		}
+		return err
+	})
+}
+
 // link returns c's NetworkConfiguration with remote, once both remappings
 // are known.
 func link(ctx context.Context, c client.Client, remote string) (*networkingv1alpha1.NetworkConfiguration, error) {
@@ -239,6 +326,9 @@ func checkNetwork(t *testing.T, ns string, alpha *testAgent, ca, cb, cg client.C
 		if !slices.Contains(got, transit) {
 			t.Errorf("beta's endpoints %v lost the transit address %s", got, transit)
 		}
+	})
+	t.Run("direct connections between beta and gamma", func(t *testing.T) {
+		checkDirect(t, ns, svc, local, onBeta, onGamma, ca, cb, cg)
 	})
 	if t.Failed() {
 		return

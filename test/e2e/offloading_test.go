@@ -28,7 +28,7 @@ func TestOffloading(t *testing.T) {
 	alpha, beta, gamma := env.clusters[0], env.clusters[1], env.clusters[2]
 	ctx := context.Background()
 	alphaAgent := installAndRunAgent(t, alpha, "alpha")
-	installAndRunAgent(t, beta, "beta")
+	betaAgent := installAndRunAgent(t, beta, "beta")
 	installAndRunAgent(t, gamma, "gamma")
 	for _, p := range []*localcluster.Cluster{beta, gamma} {
 		if out, err := annexctl(t, "peer", "--kubeconfig", alpha.KubeconfigPath(), "--remote-kubeconfig", p.KubeconfigPath(), "--cpu", "8", "--memory", "16Gi", "--pods", "50"); err != nil {
@@ -184,6 +184,9 @@ func TestOffloading(t *testing.T) {
 			t.Logf("%s beta resumed: all endpoints ready after %s", f.name, time.Since(start).Round(100*time.Millisecond))
 		}
 	})
+	t.Run("provider outage: deletions, updates, agent restart, recovery", func(t *testing.T) {
+		checkOutage(t, "shop", "web", 20, beta, alphaAgent, ca, cb)
+	})
 	t.Run("ConfigMap update reaches the providers", func(t *testing.T) {
 		cm.Data["color"] = "green"
 		if err := ca.Update(ctx, cm); err != nil {
@@ -198,6 +201,45 @@ func TestOffloading(t *testing.T) {
 				return fmt.Errorf("color %q", got.Data["color"])
 			}
 			return nil
+		})
+	})
+	t.Run("a pod waits for the ConfigMaps it mounts to reach the provider", func(t *testing.T) {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "needs-cm"}, Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"annex.dev/remote-cluster-id": "gamma"},
+			Containers:   []corev1.Container{{Name: "c", Image: "x", VolumeMounts: []corev1.VolumeMount{{Name: "cfg", MountPath: "/cfg"}}}},
+			Volumes: []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "late"}}}}}}}
+		if err := ca.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ca.Delete(ctx, p) })
+		eventually(t, 30*time.Second, "pod waiting for ConfigMap late", func() error {
+			if err := ca.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return err
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Reason == "WaitingForDependencies" && strings.Contains(c.Message, "ConfigMap late") {
+					return nil
+				}
+			}
+			return fmt.Errorf("conditions %+v", p.Status.Conditions)
+		})
+		if err := cg.Get(ctx, client.ObjectKey{Namespace: "shop-alpha", Name: "needs-cm"}, &offloadingv1alpha1.ShadowPod{}); err == nil {
+			t.Fatal("offloaded before its ConfigMap reached gamma")
+		}
+		late := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "late"}, Data: map[string]string{"k": "v"}}
+		if err := ca.Create(ctx, late); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ca.Delete(ctx, late) })
+		eventually(t, 30*time.Second, "pod Running on gamma", func() error {
+			if err := ca.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return err
+			}
+			if p.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("phase %s", p.Status.Phase)
+			}
+			return cg.Get(ctx, client.ObjectKey{Namespace: "shop-alpha", Name: "late"}, &corev1.ConfigMap{})
 		})
 	})
 	t.Run("privileged pod refused with a visible reason", func(t *testing.T) {
@@ -245,6 +287,9 @@ func TestOffloading(t *testing.T) {
 		}
 		eventually(t, 60*time.Second, "no remote pods", func() error { return remotePods(ctx, "web", 0, cb, cg) })
 	})
+	t.Run("restart safety", func(t *testing.T) {
+		checkRestarts(t, "shop", 50, alphaAgent, betaAgent, ca, cb, cg)
+	})
 	if out, err := annexctl(t, "unoffload", "namespace", "shop", "--kubeconfig", alpha.KubeconfigPath()); err != nil {
 		t.Fatalf("unoffload: %v\n%s", err, out)
 	}
@@ -290,7 +335,8 @@ func nodeReady(ctx context.Context, c client.Client, name string) error {
 }
 
 // podsReady checks that exactly want pods match selector, all Running and
-// Ready with an IP, and each passes check.
+// Ready with an IP, and each passes check (a check returning errSkip leaves
+// the pod out).
 func podsReady(ctx context.Context, c client.Client, ns, selector string, want int, check func(*corev1.Pod) error) error {
 	pods := &corev1.PodList{}
 	sel, _ := metav1.ParseToLabelSelector(selector)
@@ -304,10 +350,12 @@ func podsReady(ctx context.Context, c client.Client, ns, selector string, want i
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		n++
-		if err := check(p); err != nil {
+		if err := check(p); errors.Is(err, errSkip) {
+			continue
+		} else if err != nil {
 			return err
 		}
+		n++
 		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || !podReady(p) {
 			return fmt.Errorf("pod %s: phase %s, IP %q, ready %v", p.Name, p.Status.Phase, p.Status.PodIP, podReady(p))
 		}

@@ -30,6 +30,57 @@ func TestForcedUnpeer(t *testing.T) {
 	installAndRunAgent(t, gamma, "gamma", fast...)
 	t.Run("dead provider", func(t *testing.T) { forcedUnpeer(t, "dead", beta.KillAPIServer) })
 	t.Run("hung provider", func(t *testing.T) { forcedUnpeer(t, "hung", beta.PauseAPIServer) })
+	t.Run("reachable provider: --force is a graceful unpeer", func(t *testing.T) { forceReachable(t) })
+}
+
+// forceReachable unpeers alpha from a healthy gamma with --force: the
+// graceful path runs, so gamma is cleaned up at once, not after the grace
+// period.
+func forceReachable(t *testing.T) {
+	alpha, gamma := env.clusters[0], env.clusters[2]
+	ctx := context.Background()
+	ns := "burst-reachable"
+	if out, err := annexctl(t, "peer", "--kubeconfig", alpha.KubeconfigPath(), "--remote-kubeconfig", gamma.KubeconfigPath(), "--cpu", "8", "--memory", "16Gi", "--pods", "50"); err != nil {
+		t.Fatalf("peer with gamma: %v\n%s", err, out)
+	}
+	ca, cg := crClient(t, alpha), crClient(t, gamma)
+	t.Cleanup(func() {
+		_, _ = annexctl(t, "unoffload", "namespace", ns, "--kubeconfig", alpha.KubeconfigPath())
+		_ = ca.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	})
+	if err := ca.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := annexctl(t, "offload", "namespace", ns, "--kubeconfig", alpha.KubeconfigPath(), "--pod-strategy", "Remote"); err != nil {
+		t.Fatalf("offload: %v\n%s", err, out)
+	}
+	if err := ca.Create(ctx, deployment(ns, "work", 4)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "4 pods Ready on gamma", func() error {
+		return podsReady(ctx, ca, ns, "app=work", 4, func(*corev1.Pod) error { return nil })
+	})
+	start := time.Now()
+	out, err := annexctl(t, "unpeer", "--kubeconfig", alpha.KubeconfigPath(), "gamma", "--force")
+	if err != nil {
+		t.Fatalf("unpeer --force: %v\n%s", err, out)
+	}
+	t.Logf("unpeer --force with a reachable provider took %s", time.Since(start).Round(100*time.Millisecond))
+	if !strings.Contains(out, "answers: removing the peering through it") || strings.Contains(out, "forcing") {
+		t.Errorf("want the graceful path:\n%s", out)
+	}
+	if left := leftovers(ctx, t, ca, "gamma"); len(left) > 0 {
+		t.Errorf("left on alpha: %s", strings.Join(left, ", "))
+	}
+	// Well within the 20 s grace period: gamma cleans up because alpha told it.
+	eventually(t, 15*time.Second, "gamma without alpha's tenant and remote namespace", func() error {
+		for _, name := range []string{"annex-tenant-alpha", ns + "-alpha"} {
+			if err := cg.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{}); err == nil {
+				return fmt.Errorf("namespace %s still there", name)
+			}
+		}
+		return nil
+	})
 }
 
 // forcedUnpeer runs the scenario with beta failed by fault.
@@ -99,7 +150,7 @@ func forcedUnpeer(t *testing.T, name string, fault func() error) {
 		if !strings.Contains(out, "Not cleaned here") {
 			t.Errorf("unpeer does not say what it could not clean on the provider:\n%s", out)
 		}
-		if left := betaLeftovers(ctx, t, ca); len(left) > 0 {
+		if left := leftovers(ctx, t, ca, "beta"); len(left) > 0 {
 			t.Errorf("left on alpha: %s", strings.Join(left, ", "))
 		}
 	})
@@ -146,8 +197,8 @@ func forcedUnpeer(t *testing.T, name string, fault func() error) {
 	})
 }
 
-// betaLeftovers lists what of the peering with beta remains on alpha.
-func betaLeftovers(ctx context.Context, t *testing.T, ca client.Client) []string {
+// leftovers lists what of the peering with provider id remains on alpha.
+func leftovers(ctx context.Context, t *testing.T, ca client.Client, id string) []string {
 	t.Helper()
 	var left []string
 	check := func(what string, obj client.Object, key client.ObjectKey) {
@@ -155,15 +206,16 @@ func betaLeftovers(ctx context.Context, t *testing.T, ca client.Client) []string
 			left = append(left, fmt.Sprintf("%s (finalizers %v)", what, obj.GetFinalizers()))
 		}
 	}
-	check("Node annex-beta", &corev1.Node{}, client.ObjectKey{Name: "annex-beta"})
-	check("VirtualNode", &corev1alpha1.VirtualNode{}, client.ObjectKey{Namespace: "annex-tenant-beta", Name: "beta"})
-	check("ResourceSlice", &corev1alpha1.ResourceSlice{}, client.ObjectKey{Namespace: "annex-tenant-beta", Name: "peering"})
-	check("namespace annex-tenant-beta", &corev1.Namespace{}, client.ObjectKey{Name: "annex-tenant-beta"})
-	check("ForeignCluster beta", &corev1alpha1.ForeignCluster{}, client.ObjectKey{Name: "beta"})
+	tenant, node := "annex-tenant-"+id, "annex-"+id
+	check("Node "+node, &corev1.Node{}, client.ObjectKey{Name: node})
+	check("VirtualNode", &corev1alpha1.VirtualNode{}, client.ObjectKey{Namespace: tenant, Name: id})
+	check("ResourceSlice", &corev1alpha1.ResourceSlice{}, client.ObjectKey{Namespace: tenant, Name: "peering"})
+	check("namespace "+tenant, &corev1.Namespace{}, client.ObjectKey{Name: tenant})
+	check("ForeignCluster "+id, &corev1alpha1.ForeignCluster{}, client.ObjectKey{Name: id})
 	pods := &corev1.PodList{}
-	_ = ca.List(ctx, pods, client.MatchingFields{"spec.nodeName": "annex-beta"})
+	_ = ca.List(ctx, pods, client.MatchingFields{"spec.nodeName": node})
 	for _, p := range pods.Items {
-		left = append(left, "pod "+p.Namespace+"/"+p.Name+" on annex-beta")
+		left = append(left, "pod "+p.Namespace+"/"+p.Name+" on "+node)
 	}
 	return left
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,8 +32,10 @@ type Agent struct {
 	PID        int    `json:"pid"`
 	StartTime  uint64 `json:"startTime"`
 	HealthAddr string `json:"healthAddr"`
-	Kubeconfig string `json:"kubeconfig"`
-	Log        string `json:"log"`
+	// MetricsAddr serves Prometheus metrics at /metrics.
+	MetricsAddr string `json:"metricsAddr"`
+	Kubeconfig  string `json:"kubeconfig"`
+	Log         string `json:"log"`
 }
 
 // AgentOptions say how to run a local agent.
@@ -63,6 +66,13 @@ func StartAgent(ctx context.Context, c *localcluster.Cluster, o AgentOptions) (*
 	if err != nil {
 		return nil, err
 	}
+	// The virtual nodes' kubelet endpoint: the agents of a sandbox share
+	// 127.0.0.1, so each needs its own port.
+	kubelet, err := localcluster.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	_, kubeletPort, _ := net.SplitHostPort(kubelet)
 	logPath := filepath.Join(c.Dir(), "logs", "annex-agent.log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -74,6 +84,7 @@ func StartAgent(ctx context.Context, c *localcluster.Cluster, o AgentOptions) (*
 		"--namespace=" + corev1alpha1.AgentNamespace,
 		"--health-probe-bind-address=" + health,
 		"--metrics-bind-address=" + metrics,
+		"--kubelet-port=" + kubeletPort,
 	}, o.Args...)
 	cmd := exec.Command(o.Binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -85,7 +96,7 @@ func StartAgent(ctx context.Context, c *localcluster.Cluster, o AgentOptions) (*
 		return nil, fmt.Errorf("start %s: %w (build it with `make build`, or pass --agent-binary)", o.Binary, err)
 	}
 	start, _ := localcluster.ProcessStartTime(cmd.Process.Pid)
-	a := &Agent{PID: cmd.Process.Pid, StartTime: start, HealthAddr: health, Kubeconfig: kubeconfig, Log: logPath}
+	a := &Agent{PID: cmd.Process.Pid, StartTime: start, HealthAddr: health, MetricsAddr: metrics, Kubeconfig: kubeconfig, Log: logPath}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	err = cli.Poll(ctx, 250*time.Millisecond, 60*time.Second, "annex-agent of "+c.Name()+" to be ready", func(ctx context.Context) (bool, error) {

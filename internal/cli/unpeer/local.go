@@ -37,7 +37,10 @@ type LocalOptions struct {
 // kubeconfig. It first tries the graceful path through the provider; if the
 // provider does not answer within GracefulTimeout it fails without changing
 // anything, or, with Force, marks the ForeignCluster unreachable so that no
-// component calls the provider again and removes everything locally.
+// component calls the provider again and removes everything locally. A
+// provider that answers but does not finish a step within GracefulTimeout
+// (it stopped answering meanwhile) makes unpeer stop with a hint, or, with
+// Force, go on the same way without it.
 func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster string, o LocalOptions) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
@@ -86,8 +89,27 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 	if graceful {
 		stepTimeout = o.GracefulTimeout
 	}
-	if err := rm.delete(c, vn, "VirtualNode "+tenant+"/"+pid, stepTimeout); err != nil {
-		return rm.gracefulFailed(err, graceful, pid)
+	// deleteThrough deletes an object whose clean-up goes through the
+	// provider. If the provider does not finish in time, --force goes on
+	// without it; otherwise unpeer stops and says so.
+	deleteThrough := func(obj client.Object, what string) error {
+		err := rm.delete(c, obj, what, stepTimeout)
+		if err == nil || !graceful {
+			return err
+		}
+		if !o.Force {
+			return rm.gracefulFailed(err, pid)
+		}
+		s.Step("provider %s did not finish in time (%v): forcing", pid, err)
+		if err := markUnreachable(ctx, c, fc); err != nil {
+			return err
+		}
+		s.Step("ForeignCluster %s marked unreachable: no component calls the provider again", pid)
+		graceful, stepTimeout = false, o.Timeout
+		return rm.delete(c, obj, what, stepTimeout)
+	}
+	if err := deleteThrough(vn, "VirtualNode "+tenant+"/"+pid); err != nil {
+		return err
 	}
 	node := &corev1.Node{}
 	node.Name = nodeName
@@ -110,8 +132,8 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 		return err
 	}
 	for i := range rns.Items {
-		if err := rm.delete(c, &rns.Items[i], "RemoteNamespace "+tenant+"/"+rns.Items[i].Name, stepTimeout); err != nil {
-			return rm.gracefulFailed(err, graceful, pid)
+		if err := deleteThrough(&rns.Items[i], "RemoteNamespace "+tenant+"/"+rns.Items[i].Name); err != nil {
+			return err
 		}
 	}
 	rss := &corev1alpha1.ResourceSliceList{}
@@ -119,8 +141,8 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 		return err
 	}
 	for i := range rss.Items {
-		if err := rm.delete(c, &rss.Items[i], "ResourceSlice "+tenant+"/"+rss.Items[i].Name, stepTimeout); err != nil {
-			return rm.gracefulFailed(err, graceful, pid)
+		if err := deleteThrough(&rss.Items[i], "ResourceSlice "+tenant+"/"+rss.Items[i].Name); err != nil {
+			return err
 		}
 	}
 	left := fmt.Sprintf("tenant namespace %s on %s (its agent removes it when the heartbeat lapses, after its --tenant-grace-period)", corev1alpha1.TenantNamespaceName(id.ClusterID), pid)
@@ -276,11 +298,8 @@ func (r remover) delete(cl *cli.Cluster, obj client.Object, what string, timeout
 	return nil
 }
 
-func (r remover) gracefulFailed(err error, graceful bool, pid string) error {
-	if graceful {
-		return fmt.Errorf("%w; the provider may have stopped answering: run `annexctl unpeer %s --force` to finish without it", err, pid)
-	}
-	return err
+func (r remover) gracefulFailed(err error, pid string) error {
+	return fmt.Errorf("%w; the provider may have stopped answering: run `annexctl unpeer %s --force` to finish without it", err, pid)
 }
 
 func deleteOptions() metav1.DeleteOptions { return metav1.DeleteOptions{} }

@@ -2,6 +2,7 @@ package reflection
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,7 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/directconn"
 )
 
 const (
@@ -293,20 +296,52 @@ func (endpointSliceReflector) listRemote(ctx context.Context, c client.Client, n
 }
 
 func (endpointSliceReflector) desired(ctx context.Context, r *Reconciler, provider string, o client.Object) client.Object {
-	return shadowEndpointSlice(ctx, r.opts.Translator, provider, o.(*discoveryv1.EndpointSlice))
+	s := o.(*discoveryv1.EndpointSlice)
+	out, err := shadowEndpointSlice(ctx, r.opts.Translator, provider, s, r.directConnections(ctx, s))
+	if errors.Is(err, directconn.ErrTooLarge) {
+		r.recorder.Eventf(s, nil, corev1.EventTypeWarning, "DirectConnectionsOmitted", "Reflect",
+			"the direct-connections data for provider %s is over %d bytes: left out, its endpoints on other providers are reached through this cluster", provider, directconn.MaxSize)
+	}
+	return out
+}
+
+// directConnections says whether the Service of s asks for direct
+// connections.
+func (r *Reconciler) directConnections(ctx context.Context, s *discoveryv1.EndpointSlice) bool {
+	name := s.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return false
+	}
+	svc := &corev1.Service{}
+	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, svc); err != nil {
+		return false
+	}
+	return svc.Annotations[corev1alpha1.AnnotationUseDirectConnections] == "true"
 }
 
 // shadowEndpointSlice returns the ShadowEndpointSlice that carries s to
 // provider. Its template has the labels of s (but the managed-by label, which
 // the provider sets), and the endpoints of s that tr keeps for provider.
-func shadowEndpointSlice(ctx context.Context, tr EndpointTranslator, provider string, s *discoveryv1.EndpointSlice) *offloadingv1alpha1.ShadowEndpointSlice {
+// With direct, and a tr that is a DirectConnector, it is annotated with the
+// direct-connections data of the endpoints on other providers; data over
+// directconn.MaxSize is left out and ErrTooLarge returned with the slice.
+func shadowEndpointSlice(ctx context.Context, tr EndpointTranslator, provider string, s *discoveryv1.EndpointSlice, direct bool) (*offloadingv1alpha1.ShadowEndpointSlice, error) {
 	labels := copiedLabels(s)
 	delete(labels, endpointSliceManagedByLabel)
+	dc, _ := tr.(DirectConnector)
 	var eps []discoveryv1.Endpoint
+	var entries []directconn.Entry
 	for _, ep := range s.Endpoints {
 		clean, origin := sanitizeEndpoint(ep)
-		if out, keep := tr.Translate(ctx, provider, clean, origin); keep {
-			eps = append(eps, out)
+		out, keep := tr.Translate(ctx, provider, clean, origin)
+		if !keep {
+			continue
+		}
+		eps = append(eps, out)
+		if direct && dc != nil {
+			if e, ok := dc.DirectConnection(ctx, provider, clean, origin, out); ok {
+				entries = append(entries, e)
+			}
 		}
 	}
 	out := &offloadingv1alpha1.ShadowEndpointSlice{
@@ -321,7 +356,11 @@ func shadowEndpointSlice(ctx context.Context, tr EndpointTranslator, provider st
 	if svc := s.Labels[discoveryv1.LabelServiceName]; svc != "" {
 		out.Labels = map[string]string{discoveryv1.LabelServiceName: svc}
 	}
-	return out
+	data, err := directconn.Encode(entries)
+	if data != "" {
+		out.Annotations = map[string]string{corev1alpha1.AnnotationDirectConnectionsData: data}
+	}
+	return out, err
 }
 
 func (endpointSliceReflector) apply(d, r client.Object) (client.Object, bool) {

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/directconn"
 )
 
 // EndpointTranslator decides how an endpoint of a consumer EndpointSlice
@@ -20,6 +21,16 @@ import (
 // failed provider. Implementations must be safe for concurrent use.
 type EndpointTranslator interface {
 	Translate(ctx context.Context, providerID string, ep discoveryv1.Endpoint, origin EndpointOrigin) (out discoveryv1.Endpoint, keep bool)
+}
+
+// DirectConnector is implemented by EndpointTranslators that can describe
+// an endpoint whose pod runs on another provider, for the direct
+// connections of Services annotated annex.dev/use-direct-connections: in is
+// the sanitized consumer endpoint, out what Translate made of it for
+// providerID. It returns false for endpoints that are not on another
+// provider.
+type DirectConnector interface {
+	DirectConnection(ctx context.Context, providerID string, in discoveryv1.Endpoint, origin EndpointOrigin, out discoveryv1.Endpoint) (directconn.Entry, bool)
 }
 
 // EndpointOrigin is what the consumer's EndpointSlice said about an

@@ -19,7 +19,11 @@
 // A finalizer ("annex.dev/remote-namespace") is added to the replica just
 // before its namespace is created; when the replica is deleted the namespace
 // (and everything in it) is deleted, and the finalizer is removed once the
-// namespace is gone.
+// namespace's deletion has started. Kubernetes finishes it (nothing new can
+// be created in a terminating namespace, and its pods keep their grace
+// periods); waiting for the contents too would make every unoffload and
+// graceful unpeer wait out the namespace controller's estimate, the pods'
+// grace period (30 s by default), even when the pods are gone sooner.
 package remotenamespace
 
 import (
@@ -64,8 +68,8 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 const (
-	// Finalizer is held on a replicated RemoteNamespace while its namespace
-	// exists on this provider.
+	// Finalizer is held on a replicated RemoteNamespace until the deletion
+	// of its namespace on this provider has started.
 	Finalizer = "annex.dev/remote-namespace"
 
 	// AnnotationSourceNamespace, on a remote namespace, names the consumer's
@@ -232,11 +236,9 @@ func (r *Reconciler) finalize(ctx context.Context, rn *offloadingv1alpha1.Remote
 				log.Info("Deleting remote namespace")
 				r.recorder.Eventf(rn, nil, corev1.EventTypeNormal, "NamespaceDeleted", "Delete", "deleting namespace %s", ns.Name)
 			}
-			// The namespace's deletion event brings us back; the requeue is a safety net.
-			return ctrl.Result{RequeueAfter: r.opts.PendingRequeue}, nil
 		}
 	}
-	log.Info("Remote namespace gone, removing finalizer")
+	log.Info("Remote namespace gone or terminating, removing finalizer")
 	return ctrl.Result{}, r.setFinalizer(ctx, rn, false)
 }
 

@@ -17,8 +17,16 @@
 // (nodeName, targetRef, hints, deprecatedTopology) are cleared. The number
 // of endpoints is bounded by the CRD (1000, as on an EndpointSlice).
 //
-// The annex.dev/direct-connections-data annotation is not acted on yet:
-// endpoints are published as the consumer wrote them.
+// Direct connections: the annex.dev/direct-connections-data annotation
+// (internal/directconn) may ask to replace transit addresses of endpoints
+// that live on another provider Q by Q's pod addresses. It is untrusted: an
+// entry is used only if this cluster has a NetworkConfiguration with Q
+// (whose status says how it maps Q's pod CIDR), the address is in the slice
+// and the pod address lies in Q's pod CIDR, and the agent was not started
+// with --deny-direct-connections. The pod address is written in this
+// cluster's view of Q. Refused entries keep the transit address and are
+// reported by a Warning Event (once per change); the annotation is never
+// copied to the EndpointSlice.
 //
 // The status condition Ready is True when the slice matches the template,
 // False with reason Forbidden (an invalid template) or CreationFailed (the
@@ -30,8 +38,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -39,6 +49,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -52,7 +63,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/directconn"
+	"github.com/annexhq/annex/internal/network"
 )
 
 // +kubebuilder:rbac:groups=offloading.annex.dev,resources=shadowendpointslices,verbs=get;list;watch
@@ -61,6 +75,7 @@ import (
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups=networking.annex.dev,resources=networkconfigurations,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -75,6 +90,15 @@ type Options struct {
 	// PendingRequeue is how soon to look again while an EndpointSlice is
 	// being replaced (DefaultPendingRequeue).
 	PendingRequeue time.Duration
+	// DenyDirectConnections ignores the direct-connections data: endpoints
+	// on other providers are always reached through their consumer.
+	DenyDirectConnections bool
+}
+
+// BindFlags registers the options that are flags on fs.
+func (o *Options) BindFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.DenyDirectConnections, "deny-direct-connections", o.DenyDirectConnections,
+		"as a provider, ignore consumers' direct-connections data: pods on other providers are always reached through the consumer, even when this cluster has a network link with them")
 }
 
 // Reconciler publishes the consumers' ShadowEndpointSlices as EndpointSlices.
@@ -82,6 +106,9 @@ type Reconciler struct {
 	client   client.Client
 	recorder events.EventRecorder
 	opts     Options
+
+	mu       sync.Mutex
+	reported map[types.NamespacedName]string // the last direct-connections problems reported per slice
 }
 
 // New returns the reconciler. c reads ShadowEndpointSlices, namespaces and
@@ -94,13 +121,18 @@ func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconcil
 	if opts.PendingRequeue <= 0 {
 		opts.PendingRequeue = DefaultPendingRequeue
 	}
-	return &Reconciler{client: c, recorder: recorder, opts: opts}
+	return &Reconciler{client: c, recorder: recorder, opts: opts, reported: map[types.NamespacedName]string{}}
 }
 
 // Reconcile publishes one ShadowEndpointSlice.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	ses := &offloadingv1alpha1.ShadowEndpointSlice{}
 	if err := r.client.Get(ctx, req.NamespacedName, ses); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.mu.Lock()
+			delete(r.reported, req.NamespacedName)
+			r.mu.Unlock()
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ns := &corev1.Namespace{}
@@ -125,6 +157,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		return ctrl.Result{}, fmt.Errorf("list pods: %w", err)
 	}
 	eps, dropped := Endpoints(ses.Spec.Template.Endpoints, LocalIPs(pods.Items))
+	eps, err := r.direct(ctx, ses, eps)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	want, err := r.desired(ses, eps)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -171,6 +207,85 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 	return ctrl.Result{}, r.setReady(ctx, ses, true, offloadingv1alpha1.ReasonReconciled,
 		fmt.Sprintf("EndpointSlice is up to date: %d endpoints, %d dropped (pods of this cluster)", len(eps), dropped))
+}
+
+// direct applies the direct-connections data of ses to eps (see the
+// package doc) and reports refused entries.
+func (r *Reconciler) direct(ctx context.Context, ses *offloadingv1alpha1.ShadowEndpointSlice, eps []discoveryv1.Endpoint) ([]discoveryv1.Endpoint, error) {
+	key := client.ObjectKeyFromObject(ses)
+	value, has := ses.Annotations[corev1alpha1.AnnotationDirectConnectionsData]
+	if !has || r.opts.DenyDirectConnections {
+		r.report(ses, key, "")
+		return eps, nil
+	}
+	entries, err := directconn.Parse(value)
+	if err != nil {
+		r.report(ses, key, err.Error())
+		return eps, nil
+	}
+	links, err := r.links(ctx)
+	if err != nil {
+		return nil, err
+	}
+	addrs := map[string]bool{}
+	for _, ep := range eps {
+		for _, a := range ep.Addresses {
+			addrs[a] = true
+		}
+	}
+	rewrites, problems := directconn.Resolve(entries, addrs, links)
+	r.report(ses, key, directconn.Summary(problems))
+	if len(rewrites) == 0 {
+		return eps, nil
+	}
+	out := make([]discoveryv1.Endpoint, len(eps))
+	for i, ep := range eps {
+		out[i] = *ep.DeepCopy()
+		for j, a := range out[i].Addresses {
+			if to, ok := rewrites[a]; ok {
+				out[i].Addresses[j] = to
+			}
+		}
+	}
+	return out, nil
+}
+
+// links returns this cluster's network links: how it maps each linked
+// cluster's pod CIDR. Links whose mapping is not decided yet are left out.
+func (r *Reconciler) links(ctx context.Context) (directconn.Links, error) {
+	list := &networkingv1alpha1.NetworkConfigurationList{}
+	if err := r.client.List(ctx, list, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil {
+		return nil, fmt.Errorf("list NetworkConfigurations: %w", err)
+	}
+	links := directconn.Links{}
+	for _, nc := range list.Items {
+		if nc.Status.RemappedRemote == nil || !nc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		m, err := network.ParseMapping(nc.Spec.Remote.PodCIDR, nc.Status.RemappedRemote.PodCIDR)
+		if err != nil {
+			continue
+		}
+		links[nc.Spec.RemoteClusterID] = m
+	}
+	return links, nil
+}
+
+// report records a Warning Event when the direct-connections problems of a
+// slice change to something non-empty.
+func (r *Reconciler) report(ses *offloadingv1alpha1.ShadowEndpointSlice, key types.NamespacedName, problems string) {
+	r.mu.Lock()
+	prev := r.reported[key]
+	if problems == "" {
+		delete(r.reported, key)
+	} else {
+		r.reported[key] = problems
+	}
+	r.mu.Unlock()
+	if problems != "" && problems != prev {
+		r.recorder.Eventf(ses, nil, corev1.EventTypeWarning, "DirectConnectionsRefused", "Publish",
+			"direct-connections data not used for some endpoints, which keep their transit address: %s", problems)
+	}
 }
 
 // desired is the EndpointSlice of ses with endpoints eps.
@@ -296,10 +411,29 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("shadowendpointslice").
-		For(&offloadingv1alpha1.ShadowEndpointSlice{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&offloadingv1alpha1.ShadowEndpointSlice{}, builder.WithPredicates(
+			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&discoveryv1.EndpointSlice{}, builder.WithPredicates(ours)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.slicesInNamespace), builder.WithPredicates(podAddressChanged())).
+		Watches(&networkingv1alpha1.NetworkConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.directSlices)).
 		Complete(r)
+}
+
+// directSlices queues every ShadowEndpointSlice that carries
+// direct-connections data: a network link changed.
+func (r *Reconciler) directSlices(ctx context.Context, _ client.Object) []reconcile.Request {
+	list := &offloadingv1alpha1.ShadowEndpointSliceList{}
+	if err := r.client.List(ctx, list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Cannot list ShadowEndpointSlices")
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, ses := range list.Items {
+		if _, ok := ses.Annotations[corev1alpha1.AnnotationDirectConnectionsData]; ok {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&ses)})
+		}
+	}
+	return reqs
 }
 
 // slicesInNamespace enqueues every ShadowEndpointSlice in o's namespace.

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 )
 
@@ -269,5 +270,67 @@ func TestAddressTypeChangeCompletes(t *testing.T) {
 	})
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(metav1.ObjectMeta{}, "ResourceVersion"), cmpopts.IgnoreTypes(metav1.TypeMeta{})); diff != "" {
 		t.Errorf("EndpointSlice (-want +got):\n%s", diff)
+	}
+}
+
+func TestDirectConnections(t *testing.T) {
+	s := testScheme(t)
+	if err := networkingv1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	// Beta's link with gamma: gamma's pod CIDR 10.200.0.0/16 is 100.64.0.0/16 here.
+	link := &networkingv1alpha1.NetworkConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.AgentNamespace, Name: "gamma"},
+		Spec: networkingv1alpha1.NetworkConfigurationSpec{RemoteClusterID: "gamma",
+			Local:  networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.201.0.0/16", ExternalCIDR: "10.71.0.0/16"},
+			Remote: networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.200.0.0/16", ExternalCIDR: "10.72.0.0/16"}},
+		Status: networkingv1alpha1.NetworkConfigurationStatus{RemappedRemote: &networkingv1alpha1.RemappedCIDRs{PodCIDR: "100.64.0.0/16"}},
+	}
+	data := `[{"clusterID":"gamma","address":"10.2.0.1","podAddress":"10.200.3.7"},` +
+		`{"clusterID":"gamma","address":"10.3.0.1","podAddress":"1.2.3.4"},` +
+		`{"clusterID":"delta","address":"10.1.0.7","podAddress":"10.9.0.1"}]`
+	tests := []struct {
+		name       string
+		data       string
+		deny       bool
+		want       []string
+		wantEvents int
+	}{
+		{"valid entry used, bad ones refused", data, false, []string{"100.64.3.7", "10.1.0.7", "10.3.0.1"}, 1},
+		{"denied by flag", data, true, []string{"10.2.0.1", "10.1.0.7", "10.3.0.1"}, 0},
+		{"malformed", `[{"clusterID":`, false, []string{"10.2.0.1", "10.1.0.7", "10.3.0.1"}, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ses := shadow(func(s *offloadingv1alpha1.ShadowEndpointSlice) {
+				s.Annotations = map[string]string{corev1alpha1.AnnotationDirectConnectionsData: tc.data}
+			})
+			c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(ses).
+				WithObjects(namespace(ns, "alpha"), ses, link).Build()
+			rec := events.NewFakeRecorder(10)
+			r := New(c, rec, Options{Clock: clocktesting.NewFakePassiveClock(now), DenyDirectConnections: tc.deny})
+			for range 2 { // the second pass reports nothing new
+				if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ses)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := &discoveryv1.EndpointSlice{}
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(ses), got); err != nil {
+				t.Fatal(err)
+			}
+			var addrs []string
+			for _, ep := range got.Endpoints {
+				addrs = append(addrs, ep.Addresses...)
+			}
+			if diff := cmp.Diff(tc.want, addrs); diff != "" {
+				t.Errorf("addresses (-want +got):\n%s", diff)
+			}
+			if _, copied := got.Annotations[corev1alpha1.AnnotationDirectConnectionsData]; copied {
+				t.Error("the annotation was copied to the EndpointSlice")
+			}
+			if n := len(rec.Events); n != tc.wantEvents {
+				t.Errorf("%d Events, want %d", n, tc.wantEvents)
+			}
+		})
 	}
 }

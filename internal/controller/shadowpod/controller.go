@@ -69,6 +69,7 @@ import (
 // +kubebuilder:rbac:groups=offloading.annex.dev,resources=shadowpods/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=create
 // +kubebuilder:rbac:groups=core.annex.dev,resources=resourceslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -217,6 +218,9 @@ func (r *Reconciler) create(ctx context.Context, sp *offloadingv1alpha1.ShadowPo
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.ensureServiceAccount(ctx, pod); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.client.Create(ctx, pod); err != nil {
 		switch {
 		case apierrors.IsAlreadyExists(err):
@@ -240,6 +244,25 @@ func (r *Reconciler) create(ctx context.Context, sp *offloadingv1alpha1.ShadowPo
 	r.remember(client.ObjectKeyFromObject(sp), sp.UID)
 	log.Info("Created pod")
 	return ctrl.Result{}, r.mirror(ctx, sp, pod)
+}
+
+// ensureServiceAccount creates, in the pod's namespace, the ServiceAccount
+// the pod runs as when it is not "default" (which the provider's
+// controller-manager creates in every namespace). It grants nothing: it only
+// lets the provider mint the pod's token, which authenticates to the
+// provider's API server with whatever the provider grants that
+// ServiceAccount (nothing, unless its administrator binds a role).
+func (r *Reconciler) ensureServiceAccount(ctx context.Context, pod *corev1.Pod) error {
+	name := pod.Spec.ServiceAccountName
+	if name == "" || name == "default" {
+		return nil
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: name,
+		Labels: map[string]string{corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}}}
+	if err := r.client.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create ServiceAccount %s/%s for the pod: %w", pod.Namespace, name, err)
+	}
+	return nil
 }
 
 // granted sums status.resources of the consumer's accepted ResourceSlices:

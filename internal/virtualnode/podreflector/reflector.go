@@ -82,14 +82,17 @@ type Reflector struct {
 	remoteQ workqueue.TypedRateLimitingInterface[string]
 	statusQ workqueue.TypedRateLimitingInterface[string]
 
-	mu            sync.Mutex
-	runCtx        context.Context // Run's context, nil before Run
-	reach         Reachability
-	namespaces    map[string]string // local namespace -> remote namespace (Ready ones)
-	virtualLabels map[string]string // VirtualNode.spec.labels
-	sess          *session
-	pending       map[string]pendingCreate
-	seen          map[string]seenShadow
+	mu     sync.Mutex
+	runCtx context.Context // Run's context, nil before Run
+	reach  Reachability
+	// unreachableSince is when the provider was last found unreachable.
+	unreachableSince time.Time
+	namespaces       map[string]string // local namespace -> remote namespace (Ready ones)
+	virtualLabels    map[string]string // VirtualNode.spec.labels
+	sess             *session
+	pending          map[string]pendingCreate
+	deps             seenDependencies // ConfigMaps and Secrets seen on the provider
+	seen             map[string]seenShadow
 
 	// listWatch builds the ShadowPod list-watch of a remote namespace;
 	// nil means restListWatch. Tests replace it.

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/metrics"
 )
 
 // statusConflictRetries bounds the immediate retries of a status write that
@@ -38,7 +39,10 @@ func (r *Reflector) syncStatus(ctx context.Context, key string) error {
 		}
 		_, err := r.cfg.Local.CoreV1().Pods(ns).UpdateStatus(ctx, desired, metav1.UpdateOptions{FieldManager: FieldManager})
 		switch {
-		case err == nil || apierrors.IsNotFound(err):
+		case err == nil:
+			r.reportAvailability(pod, desired)
+			return nil
+		case apierrors.IsNotFound(err):
 			return nil
 		case !apierrors.IsConflict(err) || attempt >= statusConflictRetries:
 			return err
@@ -51,6 +55,26 @@ func (r *Reflector) syncStatus(ctx context.Context, key string) error {
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// reportAvailability records an Event (and, when marked, the time since the
+// provider was found unreachable) when a write marked or unmarked a pod.
+func (r *Reflector) reportAvailability(before, after *corev1.Pod) {
+	was, is := hasLabel(before), hasLabel(after)
+	switch {
+	case is && !was:
+		r.mu.Lock()
+		since := r.unreachableSince
+		r.mu.Unlock()
+		if !since.IsZero() {
+			metrics.PodNotReadySeconds.WithLabelValues(r.cfg.ProviderID).Observe(r.cfg.Clock.Since(since).Seconds())
+		}
+		r.event(after, corev1.EventTypeWarning, ReasonProviderUnreachable, "MarkNotReady",
+			"provider %s is unreachable: pod marked NotReady so that Services stop routing to it", r.cfg.ProviderID)
+	case was && !is:
+		r.event(after, corev1.EventTypeNormal, "ProviderReachable", "Resync",
+			"provider %s is reachable again: pod status follows the remote pod", r.cfg.ProviderID)
 	}
 }
 

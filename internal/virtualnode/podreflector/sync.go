@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -184,6 +185,21 @@ func (r *Reflector) syncActive(key string, pod *corev1.Pod) error {
 			r.remoteQ.AddAfter(key, informerLag)
 			return nil
 		case !ok && !wasOffloaded(pod):
+			missing, err := r.missingDependencies(ctx, c, remoteNS, pod)
+			if err != nil {
+				return err
+			}
+			if len(missing) > 0 {
+				names := make([]string, len(missing))
+				for i, d := range missing {
+					names[i] = d.String()
+				}
+				r.setPending(key, pendingCreate{uid: pod.UID, reason: ReasonWaitingForDependencies,
+					message: fmt.Sprintf("waiting for %s to be reflected to namespace %s on provider %s (they must exist in namespace %s here)",
+						strings.Join(names, ", "), remoteNS, r.cfg.ProviderID, pod.Namespace)})
+				r.remoteQ.AddAfter(key, dependencyRetry)
+				return nil
+			}
 			return r.create(ctx, c, key, pod, remoteNS)
 		}
 		// The pod had a ShadowPod. Confirm it is gone before concluding the

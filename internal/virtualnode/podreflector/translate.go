@@ -31,6 +31,9 @@ const (
 	// ReasonRemoteNamespaceNotReady: the pod's namespace has no Ready remote
 	// namespace on the provider (NamespaceOffloading status) yet.
 	ReasonRemoteNamespaceNotReady = "RemoteNamespaceNotReady"
+	// ReasonWaitingForDependencies: ConfigMaps or Secrets the pod needs are
+	// not on the provider yet.
+	ReasonWaitingForDependencies = "WaitingForDependencies"
 	// ReasonProviderUnreachable: the provider is unreachable, so the pod's
 	// state on it is unknown (Ready and ContainersReady False).
 	ReasonProviderUnreachable = "ProviderUnreachable"

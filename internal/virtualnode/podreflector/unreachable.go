@@ -63,6 +63,9 @@ func (r *Reflector) SetReachability(st Reachability) {
 		return
 	}
 	r.reach = st
+	if (st == Unreachable || st == PermanentlyUnreachable) && (old == Reachable || old == Unknown) {
+		r.unreachableSince = r.cfg.Clock.Now()
+	}
 	if st == Reachable {
 		r.startSessionLocked()
 	} else {
