@@ -31,9 +31,7 @@ func TestOffloading(t *testing.T) {
 	betaAgent := installAndRunAgent(t, beta, "beta")
 	installAndRunAgent(t, gamma, "gamma")
 	for _, p := range []*localcluster.Cluster{beta, gamma} {
-		if out, err := annexctl(t, "peer", "--kubeconfig", alpha.KubeconfigPath(), "--remote-kubeconfig", p.KubeconfigPath(), "--cpu", "8", "--memory", "16Gi", "--pods", "50"); err != nil {
-			t.Fatalf("peer with %s: %v\n%s", p.Name(), err, out)
-		}
+		peer(t, alpha, p)
 		t.Cleanup(func() {
 			if out, err := annexctl(t, "unpeer", "--kubeconfig", alpha.KubeconfigPath(), "--remote-kubeconfig", p.KubeconfigPath()); err != nil {
 				t.Errorf("unpeer %s: %v\n%s", p.Name(), err, out)

@@ -67,6 +67,15 @@ func installAndRunAgent(t *testing.T, c *localcluster.Cluster, clusterID string,
 	return a
 }
 
+// peer peers consumer with provider (8 CPUs, 16Gi, 50 pods).
+func peer(t *testing.T, consumer, provider *localcluster.Cluster) {
+	t.Helper()
+	if out, err := annexctl(t, "peer", "--kubeconfig", consumer.KubeconfigPath(), "--remote-kubeconfig", provider.KubeconfigPath(),
+		"--cpu", "8", "--memory", "16Gi", "--pods", "50"); err != nil {
+		t.Fatalf("peer %s with %s: %v\n%s", consumer.Name(), provider.Name(), err, out)
+	}
+}
+
 // testAgent is an agent process a test can kill and start again.
 type testAgent struct {
 	cluster *localcluster.Cluster

@@ -40,9 +40,7 @@ func forceReachable(t *testing.T) {
 	alpha, gamma := env.clusters[0], env.clusters[2]
 	ctx := context.Background()
 	ns := "burst-reachable"
-	if out, err := annexctl(t, "peer", "--kubeconfig", alpha.KubeconfigPath(), "--remote-kubeconfig", gamma.KubeconfigPath(), "--cpu", "8", "--memory", "16Gi", "--pods", "50"); err != nil {
-		t.Fatalf("peer with gamma: %v\n%s", err, out)
-	}
+	peer(t, alpha, gamma)
 	ca, cg := crClient(t, alpha), crClient(t, gamma)
 	t.Cleanup(func() {
 		_, _ = annexctl(t, "unoffload", "namespace", ns, "--kubeconfig", alpha.KubeconfigPath())
@@ -88,14 +86,8 @@ func forcedUnpeer(t *testing.T, name string, fault func() error) {
 	alpha, beta, gamma := env.clusters[0], env.clusters[1], env.clusters[2]
 	ctx := context.Background()
 	ns := "burst-" + name
-	peer := func(p *localcluster.Cluster) {
-		t.Helper()
-		if out, err := annexctl(t, "peer", "--kubeconfig", alpha.KubeconfigPath(), "--remote-kubeconfig", p.KubeconfigPath(), "--cpu", "8", "--memory", "16Gi", "--pods", "50"); err != nil {
-			t.Fatalf("peer with %s: %v\n%s", p.Name(), err, out)
-		}
-	}
-	peer(beta)
-	peer(gamma)
+	peer(t, alpha, beta)
+	peer(t, alpha, gamma)
 	t.Cleanup(func() {
 		_ = beta.ResumeAPIServer(context.Background())
 		_, _ = annexctl(t, "unoffload", "namespace", ns, "--kubeconfig", alpha.KubeconfigPath())
@@ -192,7 +184,7 @@ func forcedUnpeer(t *testing.T, name string, fault func() error) {
 		}
 	})
 	t.Run("peer again", func(t *testing.T) {
-		peer(beta)
+		peer(t, alpha, beta)
 		eventually(t, 30*time.Second, "virtual node annex-beta Ready", func() error { return nodeReady(ctx, ca, "annex-beta") })
 	})
 }
