@@ -54,6 +54,7 @@ type Options struct {
 	LeaderElectionID    string
 	MetricsBindAddress  string
 	HealthProbeAddress  string
+	PprofBindAddress    string // "" or "0": off
 	GracefulStopTimeout time.Duration
 }
 
@@ -77,6 +78,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "name of the leader-election Lease")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus /metrics endpoint (\"0\" disables it)")
 	fs.StringVar(&o.HealthProbeAddress, "health-probe-bind-address", o.HealthProbeAddress, "address of the /healthz and /readyz endpoints")
+	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", o.PprofBindAddress, "address of the pprof endpoints (/debug/pprof/; empty or \"0\" disables them)")
 	fs.DurationVar(&o.GracefulStopTimeout, "graceful-stop-timeout", o.GracefulStopTimeout, "how long to wait for controllers to stop on shutdown")
 }
 
@@ -146,6 +148,7 @@ func NewManager(cfg *rest.Config, o Options, byObject ...map[client.Object]cache
 		LeaderElectionReleaseOnCancel:       true,
 		Metrics:                             metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:              o.HealthProbeAddress,
+		PprofBindAddress:                    o.PprofBindAddress,
 		GracefulShutdownTimeout:             &o.GracefulStopTimeout,
 		Cache:                               cache.Options{ByObject: cacheByObject(byObject...), DefaultTransform: cache.TransformStripManagedFields()},
 	})

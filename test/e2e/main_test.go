@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/annexhq/annex/internal/cli/sandbox"
 	"github.com/annexhq/annex/internal/localcluster"
 )
@@ -33,6 +36,9 @@ func TestMain(m *testing.M) {
 
 // run sets up, runs the tests and tears down; a process left behind fails the run.
 func run(m *testing.M) (code int) {
+	// The test's clients log nothing (controller-runtime would print a stack
+	// trace on first use without a logger).
+	ctrllog.SetLogger(logr.Discard())
 	dir, err := os.MkdirTemp("", "annex-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
