@@ -9,6 +9,7 @@ LDFLAGS := $(if $(VERSION),-X github.com/annexhq/annex/internal/version.Version=
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 E2E_TIMEOUT ?= 25m
 BENCH_SCALE ?= small
+BENCH_ARGS ?=
 FUZZTIME ?= 10s
 
 .PHONY: help
@@ -57,5 +58,5 @@ demo: build tools ## Start the sandbox, peer alpha with beta and gamma, offload 
 	hack/demo.sh
 
 .PHONY: bench
-bench: ## Run the benchmarks (BENCH_SCALE=small|full) and write bench/results/.
-	@echo "no benchmarks yet (BENCH_SCALE=$(BENCH_SCALE))"
+bench: build tools ## Run the benchmarks on fresh local clusters (BENCH_SCALE=small|full; BENCH_ARGS for more flags) and write bench/results/.
+	$(GO) run ./bench -scale $(BENCH_SCALE) -out bench/results $(BENCH_ARGS)

@@ -120,9 +120,12 @@ func (r *Reflector) syncTerminating(ctx context.Context, key string, pod *corev1
 	}
 	remoteNS, mapped := r.remoteNamespace(pod.Namespace)
 	if !mapped {
-		// Nothing on the provider can be reached for this namespace;
-		// virtual-kubelet deletes the pod after its grace period.
-		return nil
+		// The namespace has no remote namespace (not offloaded yet, or
+		// no longer: its remote namespace is deleted with everything in
+		// it). Nothing on the provider is left to wait for; a ShadowPod
+		// left behind is collected as an orphan by the next session.
+		r.cfg.Log.V(1).Info("Namespace not offloaded: deleting the local pod", "pod", key)
+		return r.deleteLocal(ctx, pod, new(int64))
 	}
 	sp, known := r.lookup(pod.Namespace, pod.Name)
 	if !known {
