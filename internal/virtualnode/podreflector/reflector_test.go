@@ -606,3 +606,27 @@ func TestCredentialsRotationRestartsSession(t *testing.T) {
 		t.Errorf("%d ShadowPod creations across the restart", n)
 	}
 }
+
+func TestNamespaceNoLongerOffloaded(t *testing.T) {
+	e := newEnv(t, []*corev1.Pod{localPod("web", "uid-web")})
+	e.r.SetReachability(Reachable)
+	e.eventually("ShadowPod created", func() error { _, err := e.shadow("web"); return err })
+	e.setShadowStatus("web", runningStatus("10.246.0.9"))
+	e.waitReady("web", corev1.ConditionTrue, false)
+
+	// Unoffloaded: the remote namespace goes with the pod in it.
+	e.r.SetNamespaces(nil)
+	e.waitReady("web", corev1.ConditionFalse, false)
+	p, _ := e.pod("web")
+	rv := p.ResourceVersion
+	if c := getPodCondition(&p.Status, corev1.PodReady); c.Reason != ReasonRemoteNamespaceNotReady {
+		t.Errorf("Ready %+v", c)
+	}
+	// Stable: no further writes.
+	time.Sleep(300 * time.Millisecond)
+	e.r.enqueueAllPods()
+	time.Sleep(300 * time.Millisecond)
+	if p, _ := e.pod("web"); p.ResourceVersion != rv {
+		t.Errorf("pod rewritten after the marking (resourceVersion %s -> %s)", rv, p.ResourceVersion)
+	}
+}

@@ -103,6 +103,16 @@ func (r *Reflector) desiredPod(key string, pod *corev1.Pod) *corev1.Pod {
 	return out
 }
 
+// lostNamespace says whether pod ran on the provider (or was already
+// marked as having lost its remote namespace).
+func lostNamespace(pod *corev1.Pod) bool {
+	if wasOffloaded(pod) {
+		return true
+	}
+	c := getPodCondition(&pod.Status, corev1.PodReady)
+	return c != nil && c.Reason == ReasonRemoteNamespaceNotReady
+}
+
 // desiredReachable sets out's status from the provider's truth; false when
 // that truth is not known yet.
 func (r *Reflector) desiredReachable(key string, pod, out *corev1.Pod, sc StatusContext) bool {
@@ -110,12 +120,26 @@ func (r *Reflector) desiredReachable(key string, pod, out *corev1.Pod, sc Status
 		if isFinished(pod) {
 			return false
 		}
+		msg := fmt.Sprintf("namespace %s has no Ready remote namespace on provider %s yet (NamespaceOffloading %s/offloading)",
+			pod.Namespace, r.cfg.ProviderID, pod.Namespace)
+		if lostNamespace(pod) {
+			// It ran there, but its remote namespace is gone (unoffloaded,
+			// or the provider deselected): nothing serves it any more.
+			msg = fmt.Sprintf("namespace %s is no longer offloaded to provider %s: the pod does not run anywhere (delete it to have it re-created)",
+				pod.Namespace, r.cfg.ProviderID)
+			for _, t := range []corev1.PodConditionType{corev1.ContainersReady, corev1.PodReady} {
+				setPodCondition(&out.Status, &pod.Status, corev1.PodCondition{
+					Type: t, Status: corev1.ConditionFalse, Reason: ReasonRemoteNamespaceNotReady, Message: msg}, sc.Now)
+			}
+			for i := range out.Status.ContainerStatuses {
+				out.Status.ContainerStatuses[i].Ready = false
+			}
+		}
 		setPodCondition(&out.Status, &pod.Status, corev1.PodCondition{
-			Type:   ConditionOffloaded,
-			Status: corev1.ConditionFalse,
-			Reason: ReasonRemoteNamespaceNotReady,
-			Message: fmt.Sprintf("namespace %s has no Ready remote namespace on provider %s yet (NamespaceOffloading %s/offloading)",
-				pod.Namespace, r.cfg.ProviderID, pod.Namespace),
+			Type:    ConditionOffloaded,
+			Status:  corev1.ConditionFalse,
+			Reason:  ReasonRemoteNamespaceNotReady,
+			Message: msg,
 		}, sc.Now)
 		return true
 	}
