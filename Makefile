@@ -17,8 +17,8 @@ help: ## List the targets.
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build bin/annexctl and bin/annex-agent.
-	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/annexctl ./cmd/annex-agent
+build: ## Build bin/annexctl, bin/annex-agent and bin/annex-gateway.
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/annexctl ./cmd/annex-agent ./cmd/annex-gateway
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code, CRDs (config/crd) and agent RBAC (config/rbac/role.yaml).

@@ -1,0 +1,143 @@
+// Package gateway owns the data plane of Annex's network links: it makes
+// the mappings of NetworkConfigurations (docs/network.md) real in the
+// network namespace it runs in. For every link it runs a userspace
+// WireGuard device (golang.zx2c4.com/wireguard, no kernel module) named
+// after the peer, routes the packets meant for the peer into it by firewall
+// mark, and translates addresses with nftables (github.com/google/nftables)
+// at the sender: destinations from this cluster's view of the peer to the
+// peer's own, sources from this cluster's own ranges to the peer's view of
+// them. Replies are undone by connection tracking.
+//
+// The input is a declarative Config (a JSON file for cmd/annex-gateway);
+// Apply makes the namespace match it and is idempotent: devices are kept
+// when unchanged, the nftables table "annex" is rebuilt in one transaction,
+// rules and routes are replaced, and what belongs to links no longer in the
+// Config is removed.
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+
+	"golang.org/x/crypto/curve25519"
+)
+
+// Key is a WireGuard key (Curve25519), base64 in JSON.
+type Key [32]byte
+
+// GenerateKey returns a new private key.
+func GenerateKey() (Key, error) {
+	var k Key
+	if _, err := rand.Read(k[:]); err != nil {
+		return Key{}, err
+	}
+	k[0] &= 248
+	k[31] = (k[31] & 127) | 64
+	return k, nil
+}
+
+// Public returns the public key of private key k.
+func (k Key) Public() (Key, error) {
+	pub, err := curve25519.X25519(k[:], curve25519.Basepoint)
+	if err != nil {
+		return Key{}, err
+	}
+	var out Key
+	copy(out[:], pub)
+	return out, nil
+}
+
+// String is the key in base64.
+func (k Key) String() string { return base64.StdEncoding.EncodeToString(k[:]) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (k Key) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (k *Key) UnmarshalText(b []byte) error {
+	raw, err := base64.StdEncoding.DecodeString(string(b))
+	if err != nil || len(raw) != len(k) {
+		return errors.New("a WireGuard key is 32 bytes in base64")
+	}
+	copy(k[:], raw)
+	return nil
+}
+
+// Netmap translates a whole prefix to another of the same length, keeping
+// host bits.
+type Netmap struct {
+	From netip.Prefix `json:"from"`
+	To   netip.Prefix `json:"to"`
+}
+
+// Link is one network link, from this side.
+type Link struct {
+	// Peer is the remote cluster's ID; the device is "annex-<peer>" (the
+	// ID is cut to fit an interface name).
+	Peer string `json:"peer"`
+	// ListenPort is this side's UDP port for the link.
+	ListenPort int `json:"listenPort"`
+	// PrivateKey is this side's key for the link.
+	PrivateKey Key `json:"privateKey"`
+	// PeerPublicKey and PeerEndpoint (ip:port) reach the peer's gateway.
+	PeerPublicKey Key            `json:"peerPublicKey"`
+	PeerEndpoint  netip.AddrPort `json:"peerEndpoint"`
+	// Routes are the destinations, in this cluster's view, that go to the
+	// peer (its pod and external CIDRs as this cluster sees them).
+	Routes []netip.Prefix `json:"routes"`
+	// DNAT maps destinations from this cluster's view to the peer's own.
+	DNAT []Netmap `json:"dnat,omitempty"`
+	// SNAT maps this cluster's sources to the peer's view of them.
+	SNAT []Netmap `json:"snat,omitempty"`
+	// AllowedSources are the source ranges accepted from the peer: its own
+	// CIDRs (replies) and this cluster's view of them (its requests).
+	AllowedSources []netip.Prefix `json:"allowedSources"`
+}
+
+// Config is everything a gateway programs.
+type Config struct {
+	Links []Link `json:"links"`
+}
+
+var peerName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// Validate checks c before anything is programmed.
+func (c *Config) Validate() error {
+	seen := map[string]bool{}
+	ports := map[int]bool{}
+	for _, l := range c.Links {
+		switch {
+		case !peerName.MatchString(l.Peer):
+			return fmt.Errorf("link %q: peer must be a cluster ID (lowercase letters, digits, dashes)", l.Peer)
+		case seen[DeviceName(l.Peer)]:
+			return fmt.Errorf("link %q: two links would share device %s", l.Peer, DeviceName(l.Peer))
+		case l.ListenPort <= 0 || l.ListenPort > 65535 || ports[l.ListenPort]:
+			return fmt.Errorf("link %q: listenPort %d is invalid or used twice", l.Peer, l.ListenPort)
+		case !l.PeerEndpoint.IsValid():
+			return fmt.Errorf("link %q: peerEndpoint is required", l.Peer)
+		case len(l.Routes) == 0:
+			return fmt.Errorf("link %q: no routes", l.Peer)
+		}
+		for _, m := range append(append([]Netmap{}, l.DNAT...), l.SNAT...) {
+			if !m.From.IsValid() || !m.To.IsValid() || m.From.Bits() != m.To.Bits() || !m.From.Addr().Is4() || !m.To.Addr().Is4() {
+				return fmt.Errorf("link %q: netmap %s -> %s must map IPv4 prefixes of equal length", l.Peer, m.From, m.To)
+			}
+		}
+		seen[DeviceName(l.Peer)] = true
+		ports[l.ListenPort] = true
+	}
+	return nil
+}
+
+// DeviceName is the WireGuard device of the link with peer.
+func DeviceName(peer string) string {
+	name := "annex-" + peer
+	if len(name) > 15 { // IFNAMSIZ - 1
+		name = name[:15]
+	}
+	return name
+}

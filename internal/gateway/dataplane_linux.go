@@ -1,0 +1,340 @@
+package gateway
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/conn"
+	"golang.zx2c4.com/wireguard/device"
+	"golang.zx2c4.com/wireguard/tun"
+)
+
+// TableName is the nftables table the gateway owns (family ip).
+const TableName = "annex"
+
+// mtu leaves room for WireGuard's 80 bytes of overhead on a 1500 underlay.
+const mtu = 1420
+
+// markBase and tableBase place each link's firewall mark and routing table
+// (base + a 15-bit hash of the peer) away from values others use.
+const (
+	markBase  = 0x4e580000
+	tableBase = 0x4e580000
+	rulePrio  = 1000
+)
+
+// linkID is the stable number of the link with peer.
+func linkID(peer string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(peer))
+	return h.Sum32()&0x7fff + 1
+}
+
+// Dataplane programs the network namespace it was created in.
+type Dataplane struct {
+	log logr.Logger
+
+	mu      sync.Mutex
+	devices map[string]*wgDevice // by device name
+}
+
+type wgDevice struct {
+	dev  *device.Device
+	link Link
+}
+
+// New returns a Dataplane for the current network namespace.
+func New(log logr.Logger) *Dataplane {
+	return &Dataplane{log: log, devices: map[string]*wgDevice{}}
+}
+
+// Apply makes the namespace match c.
+func (d *Dataplane) Apply(c Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	ids := map[uint32]string{}
+	for _, l := range c.Links {
+		if other, dup := ids[linkID(l.Peer)]; dup {
+			return fmt.Errorf("links %q and %q hash to the same mark; rename one", other, l.Peer)
+		}
+		ids[linkID(l.Peer)] = l.Peer
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	want := map[string]bool{}
+	var errs []error
+	for _, l := range c.Links {
+		name := DeviceName(l.Peer)
+		want[name] = true
+		if err := d.ensureDevice(name, l); err != nil {
+			errs = append(errs, fmt.Errorf("link %s: %w", l.Peer, err))
+			continue
+		}
+		if err := ensureRouting(name, l); err != nil {
+			errs = append(errs, fmt.Errorf("link %s: %w", l.Peer, err))
+		}
+	}
+	for name, w := range d.devices {
+		if !want[name] {
+			d.removeLink(name, w.link)
+		}
+	}
+	if err := programNAT(c); err != nil {
+		errs = append(errs, fmt.Errorf("nftables: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Close removes everything the Dataplane programmed.
+func (d *Dataplane) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for name, w := range d.devices {
+		d.removeLink(name, w.link)
+	}
+	return deleteTable()
+}
+
+// Stats reports a link's WireGuard state.
+type Stats struct {
+	LastHandshakeUnix int64
+	RxBytes, TxBytes  int64
+}
+
+// Stats returns the state of the link with peer, false when it has none.
+func (d *Dataplane) Stats(peer string) (Stats, bool) {
+	d.mu.Lock()
+	w := d.devices[DeviceName(peer)]
+	d.mu.Unlock()
+	if w == nil {
+		return Stats{}, false
+	}
+	uapi, err := w.dev.IpcGet()
+	if err != nil {
+		return Stats{}, false
+	}
+	var s Stats
+	for _, line := range strings.Split(uapi, "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		var n int64
+		_, _ = fmt.Sscan(v, &n)
+		switch k {
+		case "last_handshake_time_sec":
+			s.LastHandshakeUnix = n
+		case "rx_bytes":
+			s.RxBytes = n
+		case "tx_bytes":
+			s.TxBytes = n
+		}
+	}
+	return s, true
+}
+
+// ensureDevice creates or reconfigures the WireGuard device of l.
+func (d *Dataplane) ensureDevice(name string, l Link) error {
+	w := d.devices[name]
+	if w != nil && w.link.ListenPort != l.ListenPort {
+		d.removeLink(name, w.link)
+		w = nil
+	}
+	if w == nil {
+		t, err := tun.CreateTUN(name, mtu)
+		if err != nil {
+			return fmt.Errorf("create TUN %s: %w", name, err)
+		}
+		dev := device.NewDevice(t, conn.NewDefaultBind(), device.NewLogger(device.LogLevelError, name+": "))
+		w = &wgDevice{dev: dev}
+		d.devices[name] = w
+		d.log.Info("Created WireGuard device", "device", name, "peer", l.Peer)
+	}
+	if err := w.dev.IpcSet(uapiConfig(l)); err != nil {
+		return fmt.Errorf("configure %s: %w", name, err)
+	}
+	if err := w.dev.Up(); err != nil {
+		return fmt.Errorf("bring %s up: %w", name, err)
+	}
+	w.link = l
+	nl, err := netlink.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	return netlink.LinkSetUp(nl)
+}
+
+// uapiConfig is l in WireGuard's configuration protocol; replace_peers and
+// replace_allowed_ips make it a full replacement.
+func uapiConfig(l Link) string {
+	pub := l.PeerPublicKey
+	var b strings.Builder
+	fmt.Fprintf(&b, "private_key=%s\nlisten_port=%d\nreplace_peers=true\n", hex.EncodeToString(l.PrivateKey[:]), l.ListenPort)
+	fmt.Fprintf(&b, "public_key=%s\nendpoint=%s\npersistent_keepalive_interval=10\nreplace_allowed_ips=true\n", hex.EncodeToString(pub[:]), l.PeerEndpoint)
+	for _, p := range append(slices.Clone(l.AllowedSources), destinations(l)...) {
+		fmt.Fprintf(&b, "allowed_ip=%s\n", p)
+	}
+	return b.String()
+}
+
+// destinations are where packets to the peer go after the DNAT: the
+// peer's own ranges, or the routes themselves where they are not mapped.
+func destinations(l Link) []netip.Prefix {
+	var out []netip.Prefix
+	for _, r := range l.Routes {
+		to := r
+		for _, m := range l.DNAT {
+			if m.From == r {
+				to = m.To
+			}
+		}
+		out = append(out, to)
+	}
+	return out
+}
+
+// ensureRouting installs the link's policy routing: packets marked for the
+// link look up its table, whose only route is the device.
+func ensureRouting(name string, l Link) error {
+	nl, err := netlink.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	id := linkID(l.Peer)
+	route := &netlink.Route{LinkIndex: nl.Attrs().Index, Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)},
+		Table: int(tableBase + id), Scope: netlink.SCOPE_LINK}
+	if err := netlink.RouteReplace(route); err != nil {
+		return fmt.Errorf("route in table %d: %w", tableBase+id, err)
+	}
+	rule := markRule(id)
+	rules, err := netlink.RuleList(unix.AF_INET)
+	if err != nil {
+		return err
+	}
+	for _, r := range rules {
+		if r.Mark == rule.Mark && r.Table == rule.Table && r.Priority == rule.Priority {
+			return nil
+		}
+	}
+	return netlink.RuleAdd(rule)
+}
+
+func markRule(id uint32) *netlink.Rule {
+	r := netlink.NewRule()
+	r.Family = unix.AF_INET
+	r.Mark = markBase + id
+	r.Table = int(tableBase + id)
+	r.Priority = rulePrio
+	return r
+}
+
+// removeLink closes the device of a link and removes its routing.
+func (d *Dataplane) removeLink(name string, l Link) {
+	if w := d.devices[name]; w != nil {
+		w.dev.Close()
+		delete(d.devices, name)
+	}
+	_ = netlink.RuleDel(markRule(linkID(l.Peer)))
+	d.log.Info("Removed link", "device", name, "peer", l.Peer)
+}
+
+// programNAT rebuilds the table in one transaction: a mark chain (before
+// destination NAT) that marks packets for each link by their original
+// destination, and the netmap DNAT and SNAT of every link.
+func programNAT(c Config) error {
+	n, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	tbl := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: TableName}
+	if tables, err := n.ListTablesOfFamily(nftables.TableFamilyIPv4); err == nil {
+		for _, t := range tables {
+			if t.Name == TableName {
+				n.DelTable(tbl) // replaced below, in the same transaction
+			}
+		}
+	}
+	n.AddTable(tbl)
+	mark := n.AddChain(&nftables.Chain{Name: "mark", Table: tbl, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle})
+	dnat := n.AddChain(&nftables.Chain{Name: "dnat", Table: tbl, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
+	snat := n.AddChain(&nftables.Chain{Name: "snat", Table: tbl, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	for _, l := range c.Links {
+		id := linkID(l.Peer)
+		for _, r := range l.Routes {
+			n.AddRule(&nftables.Rule{Table: tbl, Chain: mark, Exprs: append(matchPrefix(16, r),
+				&expr.Immediate{Register: 1, Data: binaryutil.NativeEndian.PutUint32(markBase + id)},
+				&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1})})
+		}
+		for _, m := range l.DNAT {
+			n.AddRule(&nftables.Rule{Table: tbl, Chain: dnat, Exprs: append(matchPrefix(16, m.From), netmap(expr.NATTypeDestNAT, m.To)...)})
+		}
+		for _, m := range l.SNAT {
+			exprs := []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(DeviceName(l.Peer))},
+			}
+			exprs = append(append(exprs, matchPrefix(12, m.From)...), netmap(expr.NATTypeSourceNAT, m.To)...)
+			n.AddRule(&nftables.Rule{Table: tbl, Chain: snat, Exprs: exprs})
+		}
+	}
+	return n.Flush()
+}
+
+func deleteTable() error {
+	n, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	n.DelTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: TableName})
+	if err := n.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	return nil
+}
+
+// matchPrefix matches the IPv4 address at offset off (12 source, 16
+// destination) against p.
+func matchPrefix(off uint32, p netip.Prefix) []expr.Any {
+	mask := net.CIDRMask(p.Bits(), 32)
+	addr := p.Masked().Addr().As4()
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: addr[:]},
+	}
+}
+
+// netmap translates to prefix to, keeping host bits (NF_NAT_RANGE_NETMAP).
+func netmap(t expr.NATType, to netip.Prefix) []expr.Any {
+	first := to.Masked().Addr().As4()
+	last := first
+	mask := net.CIDRMask(to.Bits(), 32)
+	for i := range last {
+		last[i] |= ^mask[i]
+	}
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: first[:]},
+		&expr.Immediate{Register: 2, Data: last[:]},
+		&expr.NAT{Type: t, Family: uint32(nftables.TableFamilyIPv4), RegAddrMin: 1, RegAddrMax: 2, Prefix: true},
+	}
+}
+
+func ifname(s string) []byte {
+	b := make([]byte, 16)
+	copy(b, s)
+	return b
+}
