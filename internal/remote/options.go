@@ -30,11 +30,11 @@ type Options struct {
 }
 
 // DefaultOptions returns the settings used when a flag is not given. They
-// detect a dead or hung peer within DetectionBound() = 4s and ignore a single
-// lost probe.
+// detect a dead peer within 2s and a hung one within DetectionBound() =
+// 3.5s, and ignore a single lost probe.
 func DefaultOptions() Options {
 	return Options{
-		ProbeInterval:    time.Second,
+		ProbeInterval:    500 * time.Millisecond,
 		ProbeTimeout:     time.Second,
 		CallTimeout:      10 * time.Second,
 		StatusRefresh:    time.Minute,

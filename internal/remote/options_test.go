@@ -11,7 +11,7 @@ import (
 func TestDefaultOptions(t *testing.T) {
 	o := DefaultOptions()
 	want := Options{
-		ProbeInterval:    time.Second,
+		ProbeInterval:    500 * time.Millisecond,
 		ProbeTimeout:     time.Second,
 		CallTimeout:      10 * time.Second,
 		StatusRefresh:    time.Minute,
