@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	"github.com/annexhq/annex/internal/localcluster"
 )
 
@@ -177,6 +178,15 @@ func forcedUnpeer(t *testing.T, name string, fault func() error) {
 			if err := cb.Get(ctx, client.ObjectKey{Name: "alpha"}, &corev1alpha1.ForeignCluster{}); err == nil {
 				return errors.New("ForeignCluster alpha still on beta")
 			}
+			links := &networkingv1alpha1.NetworkConfigurationList{}
+			if err := cb.List(ctx, links, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil {
+				return err
+			}
+			for _, nc := range links.Items {
+				if nc.Spec.RemoteClusterID == "alpha" {
+					return errors.New("NetworkConfiguration with alpha still on beta")
+				}
+			}
 			return nil
 		})
 		if err := ca.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-beta", Name: "beta"}, &corev1alpha1.VirtualNode{}); err == nil {
@@ -204,6 +214,13 @@ func leftovers(ctx context.Context, t *testing.T, ca client.Client, id string) [
 	check("ResourceSlice", &corev1alpha1.ResourceSlice{}, client.ObjectKey{Namespace: tenant, Name: "peering"})
 	check("namespace "+tenant, &corev1.Namespace{}, client.ObjectKey{Name: tenant})
 	check("ForeignCluster "+id, &corev1alpha1.ForeignCluster{}, client.ObjectKey{Name: id})
+	links := &networkingv1alpha1.NetworkConfigurationList{}
+	_ = ca.List(ctx, links, client.InNamespace(corev1alpha1.AgentNamespace))
+	for _, nc := range links.Items {
+		if nc.Spec.RemoteClusterID == id {
+			left = append(left, "NetworkConfiguration "+nc.Name)
+		}
+	}
 	pods := &corev1.PodList{}
 	_ = ca.List(ctx, pods, client.MatchingFields{"spec.nodeName": node})
 	for _, p := range pods.Items {

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/identity"
@@ -145,12 +146,12 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 			return err
 		}
 	}
-	left := fmt.Sprintf("tenant namespace %s on %s (its agent removes it when the heartbeat lapses, after its --tenant-grace-period)", corev1alpha1.TenantNamespaceName(id.ClusterID), pid)
+	left := fmt.Sprintf("tenant namespace %s and the network link on %s (its agent removes them when the heartbeat lapses, after its --tenant-grace-period)", corev1alpha1.TenantNamespaceName(id.ClusterID), pid)
 	if graceful {
 		// Release the heartbeat: the provider then removes the tenant at once.
 		if err := releaseHeartbeat(ctx, c, fc, id.ClusterID, o.GracefulTimeout); err == nil {
 			s.Step("released the heartbeat on %s", pid)
-			left = fmt.Sprintf("tenant namespace %s on %s (its agent removes it now that the heartbeat is released)", corev1alpha1.TenantNamespaceName(id.ClusterID), pid)
+			left = fmt.Sprintf("tenant namespace %s and the network link on %s (its agent removes them now that the heartbeat is released)", corev1alpha1.TenantNamespaceName(id.ClusterID), pid)
 		}
 	}
 	// Credentials and the rest, locally.
@@ -165,6 +166,17 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 		ns.Name = tenant
 		if err := rm.delete(c, ns, "namespace "+tenant, o.Timeout); err != nil {
 			return err
+		}
+		links := &networkingv1alpha1.NetworkConfigurationList{}
+		if err := c.Client.List(ctx, links, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil {
+			return err
+		}
+		for i := range links.Items {
+			if nc := &links.Items[i]; nc.Spec.RemoteClusterID == pid {
+				if err := rm.delete(c, nc, "NetworkConfiguration "+nc.Namespace+"/"+nc.Name, o.Timeout); err != nil {
+					return err
+				}
+			}
 		}
 		if err := rm.delete(c, fc, "ForeignCluster "+fc.Name, o.Timeout); err != nil {
 			return err

@@ -2,8 +2,9 @@
 // gone: a tenant whose consumer has not renewed its heartbeat Lease for a
 // grace period (forcibly unpeered, deleted, or never came back) loses its
 // remote namespaces with all their workloads, its tenant namespace with its
-// credentials and RBAC, and its ForeignCluster — so nothing offloaded runs
-// forever after its consumer forgot it.
+// credentials and RBAC, its ForeignCluster and the network link with it
+// (NetworkConfiguration) — so nothing offloaded runs forever after its
+// consumer forgot it.
 package tenantgc
 
 import (
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 )
 
 // Reconciler removes tenants whose consumer stopped renewing its heartbeat.
@@ -38,6 +40,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=core.annex.dev,resources=foreignclusters,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=networking.annex.dev,resources=networkconfigurations,verbs=get;list;watch;delete
 
 // Reconcile checks one tenant namespace.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -88,7 +91,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 	}
-	msg := fmt.Sprintf("consumer %s has not renewed its heartbeat for %s (grace period %s): removed its tenant and %d namespace(s)", consumer, silent, r.GracePeriod, len(nss.Items))
+	if !both {
+		if err := r.deleteLinks(ctx, consumer); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	msg := fmt.Sprintf("consumer %s has not renewed its heartbeat for %s (grace period %s): removed its tenant, %d namespace(s) and the network link", consumer, silent, r.GracePeriod, len(nss.Items))
 	if fcErr == nil {
 		r.Recorder.Eventf(fc, nil, corev1.EventTypeWarning, "TenantRemoved", "RemoveTenant", msg)
 		if !both {
@@ -100,6 +108,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.Recorder.Eventf(ns, nil, corev1.EventTypeWarning, "TenantRemoved", "RemoveTenant", msg)
 	}
 	return ctrl.Result{}, nil
+}
+
+// deleteLinks deletes the NetworkConfigurations with consumer.
+func (r *Reconciler) deleteLinks(ctx context.Context, consumer string) error {
+	list := &networkingv1alpha1.NetworkConfigurationList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil {
+		return err
+	}
+	for i := range list.Items {
+		if list.Items[i].Spec.RemoteClusterID != consumer {
+			continue
+		}
+		if err := r.Client.Delete(ctx, &list.Items[i]); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func isTenant(o client.Object) bool {

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 )
 
 func TestReconcile(t *testing.T) {
@@ -27,6 +28,7 @@ func TestReconcile(t *testing.T) {
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = corev1alpha1.AddToScheme(s)
+	_ = networkingv1alpha1.AddToScheme(s)
 	managed := func(name string, extra map[string]string) *corev1.Namespace {
 		l := map[string]string{corev1alpha1.LabelRemoteClusterID: "alpha", corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}
 		for k, v := range extra {
@@ -48,7 +50,7 @@ func TestReconcile(t *testing.T) {
 		name        string
 		objs        []client.Object
 		wantNS      []string
-		wantFC      bool
+		wantFC      bool // and the NetworkConfiguration with alpha
 		wantRequeue time.Duration
 	}{
 		{name: "heartbeat fresh", objs: []client.Object{lease(time.Minute), fc(corev1alpha1.RoleConsumer)},
@@ -63,7 +65,11 @@ func TestReconcile(t *testing.T) {
 			wantNS: []string{"annex-tenant-alpha", "shop-delta"}, wantFC: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := fake.NewClientBuilder().WithScheme(s).WithObjects(append(tc.objs, tenant.DeepCopy(), remoteNS.DeepCopy(), other.DeepCopy())...).Build()
+			link := func(peer string) *networkingv1alpha1.NetworkConfiguration {
+				return &networkingv1alpha1.NetworkConfiguration{ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.AgentNamespace, Name: peer},
+					Spec: networkingv1alpha1.NetworkConfigurationSpec{RemoteClusterID: peer}}
+			}
+			c := fake.NewClientBuilder().WithScheme(s).WithObjects(append(tc.objs, tenant.DeepCopy(), remoteNS.DeepCopy(), other.DeepCopy(), link("alpha"), link("delta"))...).Build()
 			r := &Reconciler{Client: c, Recorder: events.NewFakeRecorder(10), Clock: clocktesting.NewFakePassiveClock(now), GracePeriod: grace}
 			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: tenant.Name}})
 			if err != nil {
@@ -85,6 +91,13 @@ func TestReconcile(t *testing.T) {
 			err = c.Get(context.Background(), client.ObjectKey{Name: "alpha"}, &corev1alpha1.ForeignCluster{})
 			if (err == nil) != tc.wantFC {
 				t.Errorf("ForeignCluster exists = %v, want %v", err == nil, tc.wantFC)
+			}
+			err = c.Get(context.Background(), client.ObjectKey{Namespace: corev1alpha1.AgentNamespace, Name: "alpha"}, &networkingv1alpha1.NetworkConfiguration{})
+			if (err == nil) != tc.wantFC {
+				t.Errorf("NetworkConfiguration with alpha exists = %v, want %v", err == nil, tc.wantFC)
+			}
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: corev1alpha1.AgentNamespace, Name: "delta"}, &networkingv1alpha1.NetworkConfiguration{}); err != nil {
+				t.Errorf("another consumer's link was removed: %v", err)
 			}
 		})
 	}
