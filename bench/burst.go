@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+)
+
+// Modes of a burst trial.
+const (
+	modeOffloaded = "offloaded" // created on the consumer, run through the virtual node
+	modeDirect    = "direct"    // the same Deployment created on the provider itself
+)
+
+// BurstTrial is one Deployment brought up from nothing to every pod Ready.
+type BurstTrial struct {
+	N     int    `json:"n"`
+	Mode  string `json:"mode"`
+	Trial int    `json:"trial"`
+	// AllReadySeconds is from the Deployment's creation to the last pod
+	// seen Ready; FirstReadySeconds to the first.
+	AllReadySeconds   float64 `json:"allReadySeconds"`
+	FirstReadySeconds float64 `json:"firstReadySeconds"`
+	PodsPerSecond     float64 `json:"podsPerSecond"`
+	// CleanupSeconds is how long deleting it took until no pod (and, when
+	// offloaded, no ShadowPod) was left on either cluster; not a result.
+	CleanupSeconds float64 `json:"cleanupSeconds"`
+	// Profiled trials ran with the agents' CPU profilers on.
+	Profiled bool   `json:"profiled,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// runBursts runs every size's trials, direct and offloaded interleaved
+// (which goes first alternating, direct first in the first trial), smallest
+// size first, and adds them to r.Bursts.
+//
+// With an odd number of trials the last trial of a size ends with the
+// offloaded run. At size cfg.FootprintPods that run is taken with the
+// agents' CPU profiles (the burst ratio target's explanation) and its pods
+// are kept for the footprint phase (runFootprintWindow) before being
+// deleted: that saves bringing up and deleting another 1000 offloaded pods.
+// It reports whether the footprint phase ran.
+func runBursts(ctx context.Context, e *env, cfg Config, r *Results) (footprintDone bool, err error) {
+	if err := createNamespace(ctx, e.provider, directNS); err != nil {
+		return false, err
+	}
+	for _, n := range cfg.BurstSizes {
+		for i := range cfg.BurstTrials {
+			modes := []string{modeDirect, modeOffloaded}
+			if i%2 == 1 {
+				modes = []string{modeOffloaded, modeDirect}
+			}
+			for _, mode := range modes {
+				t := BurstTrial{N: n, Mode: mode, Trial: i + 1}
+				keep := mode == modeOffloaded && i == cfg.BurstTrials-1 && n == cfg.FootprintPods && cfg.runs(phaseFootprint) && !footprintDone
+				name := fmt.Sprintf("burst-%d-%d-%s", n, i+1, mode[:3])
+				var err error
+				if keep {
+					est := profileEstimate(r, n)
+					t.Profiled = true
+					var profiles []Profile
+					profiles, err = e.profileDuring(ctx, keyRatio, fmt.Sprintf("offloaded burst trial %d of %d pods", i+1, n), est, func() error {
+						return burstUp(ctx, e, &t, name)
+					})
+					r.Profiles = append(r.Profiles, profiles...)
+				} else {
+					err = burstUp(ctx, e, &t, name)
+				}
+				if ctx.Err() != nil {
+					return footprintDone, ctx.Err()
+				}
+				if err == nil && keep {
+					logBurst(e, t, cfg, nil)
+					if ferr := runFootprintWindow(ctx, e, cfg, r, n); ferr != nil {
+						err = fmt.Errorf("footprint: %w", ferr)
+					}
+					footprintDone = true
+				}
+				if cerr := burstDown(ctx, e, &t, name); err == nil {
+					err = cerr
+				}
+				if ctx.Err() != nil {
+					return footprintDone, ctx.Err()
+				}
+				if err != nil {
+					t.Error = err.Error()
+				}
+				if !keep || err != nil {
+					logBurst(e, t, cfg, err)
+				} else {
+					e.log.printf("burst N=%d trial %d/%d %s: cleaned up in %.1fs", n, i+1, cfg.BurstTrials, mode, t.CleanupSeconds)
+				}
+				r.Bursts = append(r.Bursts, t)
+			}
+		}
+	}
+	return footprintDone, nil
+}
+
+func logBurst(e *env, t BurstTrial, cfg Config, err error) {
+	label := fmt.Sprintf("burst N=%d trial %d/%d %-9s", t.N, t.Trial, cfg.BurstTrials, t.Mode)
+	if err != nil {
+		e.log.printf("%s: FAILED: %v", label, err)
+		return
+	}
+	clean := fmt.Sprintf("; cleaned up in %.1fs", t.CleanupSeconds)
+	if t.Profiled {
+		clean = " (agents profiled meanwhile; pods kept for the footprint phase)"
+	}
+	e.log.printf("%s: all Ready in %6.2fs (first %5.2fs, %6.1f pods/s)%s", label, t.AllReadySeconds, t.FirstReadySeconds, t.PodsPerSecond, clean)
+}
+
+// profileEstimate is how long to profile an offloaded burst of n pods: as
+// long as the ones before took (p50), else a guess.
+func profileEstimate(r *Results, n int) time.Duration {
+	for _, s := range summarizeBursts(r.Bursts) {
+		if s.N == n && s.Mode == modeOffloaded && s.AllReady.N > 0 {
+			return time.Duration(s.AllReady.P50 * float64(time.Second))
+		}
+	}
+	return 5*time.Second + time.Duration(n)*60*time.Millisecond
+}
+
+// burstTimeout bounds the wait for n pods.
+func burstTimeout(n int) time.Duration { return 2*time.Minute + time.Duration(n)*300*time.Millisecond }
+
+// burstTarget is where a trial's Deployment goes.
+func burstTarget(e *env, mode string) (*kube, string) {
+	if mode == modeDirect {
+		return e.provider, directNS
+	}
+	return e.consumer, offloadNS
+}
+
+// burstUp creates Deployment name with t.N replicas and measures until every
+// pod is Ready.
+func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
+	k, ns := burstTarget(e, t.Mode)
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	w, err := watchPods(wctx, k, ns, "app="+name)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := k.cs.AppsV1().Deployments(ns).Create(ctx, deployment(ns, name, t.N), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	first, last, err := w.waitReady(ctx, t.N, burstTimeout(t.N))
+	if err != nil {
+		return err
+	}
+	t.AllReadySeconds = last.Sub(start).Seconds()
+	t.FirstReadySeconds = first.Sub(start).Seconds()
+	t.PodsPerSecond = float64(t.N) / t.AllReadySeconds
+	return nil
+}
+
+// burstDown deletes the trial's Deployment and waits until its pods are gone.
+func burstDown(ctx context.Context, e *env, t *BurstTrial, name string) error {
+	k, ns := burstTarget(e, t.Mode)
+	start := time.Now()
+	if err := deleteDeployment(ctx, e, k, ns, name, t.N); err != nil {
+		return fmt.Errorf("clean-up: %w", err)
+	}
+	t.CleanupSeconds = time.Since(start).Seconds()
+	return nil
+}
+
+// deleteDeployment deletes a Deployment and waits until the namespace has
+// no pods left on its cluster and, for the consumer's offloaded namespace,
+// nothing left on the provider either.
+func deleteDeployment(ctx context.Context, e *env, k *kube, ns, name string, n int) error {
+	err := k.cs.AppsV1().Deployments(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+	if client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	return waitNoPods(ctx, e, k, ns, 2*time.Minute+time.Duration(n)*100*time.Millisecond)
+}
+
+// waitNoPods waits until namespace ns of k has no pods and, when k is the
+// consumer, its remote namespace on the provider has neither ShadowPods nor
+// pods. The counts go to the log file as they change.
+func waitNoPods(ctx context.Context, e *env, k *kube, ns string, timeout time.Duration) error {
+	start, last := time.Now(), ""
+	return poll(ctx, 500*time.Millisecond, timeout, "pods of "+ns+" gone", func(ctx context.Context) error {
+		local, err := countPods(ctx, k, ns)
+		if err != nil {
+			return err
+		}
+		state := fmt.Sprintf("%d pods on %s", local, k.Name())
+		remote, shadows := 0, 0
+		if k == e.consumer {
+			rns := remoteNS(ns)
+			if remote, err = countPods(ctx, e.provider, rns); err != nil {
+				return err
+			}
+			sp := &offloadingv1alpha1.ShadowPodList{}
+			if err := e.provider.cr.List(ctx, sp, client.InNamespace(rns), client.Limit(1)); err != nil {
+				return err
+			}
+			shadows = len(sp.Items)
+			if sp.RemainingItemCount != nil {
+				shadows += int(*sp.RemainingItemCount)
+			}
+			state += fmt.Sprintf(", %d ShadowPods and %d pods on %s", shadows, remote, e.provider.Name())
+		}
+		if state != last {
+			e.log.detail("clean-up of %s after %.1fs: %s", ns, time.Since(start).Seconds(), state)
+			last = state
+		}
+		if local+remote+shadows > 0 {
+			return errors.New(state + " left")
+		}
+		return nil
+	})
+}
+
+// deployment is the Deployment every trial creates: one container with
+// small requests, so that only the pod count limits where it fits.
+func deployment(ns, name string, replicas int) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(replicas)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10",
+					Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+						corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}}}}},
+			},
+		},
+	}
+}
+
+// burstStats summarizes the trials of one size and mode.
+type burstStats struct {
+	N                         int
+	Mode                      string
+	Trials, Failed            int
+	AllReady, FirstReady, PPS Summary
+}
+
+func summarizeBursts(trials []BurstTrial) []burstStats {
+	var out []burstStats
+	index := map[[2]any]int{}
+	for _, t := range trials {
+		key := [2]any{t.N, t.Mode}
+		i, ok := index[key]
+		if !ok {
+			i = len(out)
+			index[key] = i
+			out = append(out, burstStats{N: t.N, Mode: t.Mode})
+		}
+		out[i].Trials++
+		if t.Error != "" {
+			out[i].Failed++
+		}
+	}
+	for i := range out {
+		var all, first, rate []float64
+		for _, t := range trials {
+			if t.N == out[i].N && t.Mode == out[i].Mode && t.Error == "" {
+				all = append(all, t.AllReadySeconds)
+				first = append(first, t.FirstReadySeconds)
+				rate = append(rate, t.PodsPerSecond)
+			}
+		}
+		out[i].AllReady, out[i].FirstReady, out[i].PPS = summarize(all), summarize(first), summarize(rate)
+	}
+	return out
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is what one run measures and how often.
+type Config struct {
+	Scale string `json:"scale"`
+	// BurstSizes are the Deployment sizes of the offload burst.
+	BurstSizes []int `json:"burstSizes"`
+	// BurstTrials is how many times each size runs in each mode.
+	BurstTrials int `json:"burstTrials"`
+	// FailurePods is the number of offloaded pods behind the Service of the
+	// failure-reaction trials; FailureTrials the trials per fault.
+	FailurePods   int `json:"failurePods"`
+	FailureTrials int `json:"failureTrials"`
+	// UnpeerSizes are the numbers of offloaded pods of the forced-unpeer
+	// trials; UnpeerTrials the trials per size.
+	UnpeerSizes  []int `json:"unpeerSizes"`
+	UnpeerTrials int   `json:"unpeerTrials"`
+	// FootprintPods is the number of offloaded pods of the footprint and
+	// churn measurement.
+	FootprintPods int `json:"footprintPods"`
+	// Settle is how long the clusters are left alone before an idle
+	// window; Window is how long the window lasts.
+	Settle Duration `json:"settle"`
+	Window Duration `json:"window"`
+	// Phases limits the run to some phases (all when empty).
+	Phases []string `json:"phases,omitempty"`
+}
+
+// Phase names, in the order they run.
+const (
+	phaseIdle      = "idle"
+	phaseBurst     = "burst"
+	phaseFootprint = "footprint"
+	phaseFailure   = "failure"
+	phaseUnpeer    = "unpeer"
+)
+
+var allPhases = []string{phaseIdle, phaseBurst, phaseFootprint, phaseFailure, phaseUnpeer}
+
+// presets are the scales `make bench BENCH_SCALE=...` chooses from.
+var presets = map[string]Config{
+	"small": {
+		BurstSizes: []int{10, 100, 1000}, BurstTrials: 3,
+		FailurePods: 100, FailureTrials: 3,
+		UnpeerSizes: []int{10, 100}, UnpeerTrials: 1,
+		FootprintPods: 1000,
+		Settle:        Duration(5 * time.Second), Window: Duration(30 * time.Second),
+	},
+	"full": {
+		BurstSizes: []int{10, 100, 1000, 5000}, BurstTrials: 3,
+		FailurePods: 100, FailureTrials: 20,
+		UnpeerSizes: []int{10, 100}, UnpeerTrials: 3,
+		FootprintPods: 1000,
+		Settle:        Duration(30 * time.Second), Window: Duration(60 * time.Second),
+	},
+}
+
+// configFromFlags reads the scale and the overrides (for quick runs while
+// developing: tiny sizes, one trial, one phase).
+func configFromFlags(fs *flag.FlagSet, args []string) (Config, options, error) {
+	var o options
+	scale := fs.String("scale", "small", "preset: small (under 10 minutes on 2 cores) or full (about an hour)")
+	sizes := fs.String("sizes", "", "override the burst sizes, e.g. 5,20")
+	trials := fs.Int("trials", 0, "override the trials per burst size and mode")
+	failurePods := fs.Int("failure-pods", 0, "override the number of pods behind the failure-reaction Service")
+	failureTrials := fs.Int("failure-trials", 0, "override the trials per fault")
+	unpeerSizes := fs.String("unpeer-sizes", "", "override the forced-unpeer sizes, e.g. 5")
+	unpeerTrials := fs.Int("unpeer-trials", 0, "override the trials per forced-unpeer size")
+	footprintPods := fs.Int("footprint-pods", 0, "override the offloaded pods of the footprint and churn window")
+	settle := fs.Duration("settle", 0, "override the quiet time before an idle window")
+	window := fs.Duration("window", 0, "override the length of an idle window")
+	phases := fs.String("phases", "", "run only these phases (comma-separated: "+strings.Join(allPhases, ",")+")")
+	fs.StringVar(&o.out, "out", "bench/results", "directory the results are written to")
+	fs.StringVar(&o.bin, "bin", "bin", "directory holding annexctl and annex-agent (make build)")
+	fs.StringVar(&o.kubeBin, "kube-bin", "", "directory holding the Kubernetes binaries (default: make tools' cache)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the clusters' temporary directory (logs) even when the run succeeds")
+	fs.DurationVar(&o.waitIdle, "wait-idle", 0, "wait up to this long for other kube-apiserver processes on this machine to go away before starting")
+	fs.StringVar(&o.render, "render", "", "measure nothing: render the Markdown of an earlier run's JSON again (next to it, and latest.md)")
+	fs.StringVar(&o.notes, "notes", "", "a Markdown file whose text goes into the results as Notes (with -render: replaces them)")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, o, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, o, fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	c, ok := presets[*scale]
+	if !ok {
+		return c, o, fmt.Errorf("-scale %q: use small or full", *scale)
+	}
+	c.Scale = *scale
+	var err error
+	if *sizes != "" {
+		if c.BurstSizes, err = parseSizes(*sizes); err != nil {
+			return c, o, fmt.Errorf("-sizes: %w", err)
+		}
+	}
+	if *unpeerSizes != "" {
+		if c.UnpeerSizes, err = parseSizes(*unpeerSizes); err != nil {
+			return c, o, fmt.Errorf("-unpeer-sizes: %w", err)
+		}
+	}
+	override := func(dst *int, v int) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	override(&c.BurstTrials, *trials)
+	override(&c.FailurePods, *failurePods)
+	override(&c.FailureTrials, *failureTrials)
+	override(&c.UnpeerTrials, *unpeerTrials)
+	override(&c.FootprintPods, *footprintPods)
+	if *settle > 0 {
+		c.Settle = Duration(*settle)
+	}
+	if *window > 0 {
+		c.Window = Duration(*window)
+	}
+	if *phases != "" {
+		for p := range strings.SplitSeq(*phases, ",") {
+			p = strings.TrimSpace(p)
+			if !contains(allPhases, p) {
+				return c, o, fmt.Errorf("-phases: unknown phase %q (phases: %s)", p, strings.Join(allPhases, ","))
+			}
+			c.Phases = append(c.Phases, p)
+		}
+	}
+	if c.Scale != "small" && c.Scale != "full" || len(c.BurstSizes) == 0 {
+		return c, o, errors.New("no burst sizes")
+	}
+	return c, o, nil
+}
+
+// options are the run's settings that do not change what is measured.
+type options struct {
+	out, bin, kubeBin string
+	render, notes     string
+	keep              bool
+	waitIdle          time.Duration
+}
+
+// runs reports whether phase p is part of this run.
+func (c Config) runs(p string) bool { return len(c.Phases) == 0 || contains(c.Phases, p) }
+
+// custom reports whether the run departs from its preset.
+func (c Config) custom() bool {
+	p := presets[c.Scale]
+	return fmt.Sprint(p.BurstSizes, p.BurstTrials, p.FailurePods, p.FailureTrials, p.UnpeerSizes, p.UnpeerTrials, p.FootprintPods, p.Settle, p.Window) !=
+		fmt.Sprint(c.BurstSizes, c.BurstTrials, c.FailurePods, c.FailureTrials, c.UnpeerSizes, c.UnpeerTrials, c.FootprintPods, c.Settle, c.Window) ||
+		len(c.Phases) > 0
+}
+
+// maxPods is the most pods the provider runs at once.
+func (c Config) maxPods() int {
+	m := 0
+	for _, n := range c.BurstSizes {
+		m = max(m, n)
+	}
+	for _, n := range c.UnpeerSizes {
+		m = max(m, n)
+	}
+	return max(m, c.FootprintPods, c.FailurePods)
+}
+
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Duration is a time.Duration that reads as "30s" in JSON.
+type Duration time.Duration
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalText writes the duration as Go prints it.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText reads what MarshalText writes.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	*d = Duration(v)
+	return err
+}

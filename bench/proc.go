@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTicks is sysconf(_SC_CLK_TCK), the unit of utime and stime in
+// /proc/<pid>/stat: 100 on Linux for every architecture Go supports.
+const clockTicks = 100
+
+// ProcSample is one reading of a process's memory and CPU time.
+type ProcSample struct {
+	At time.Time `json:"at"`
+	// RSSBytes is VmRSS from /proc/<pid>/status; RSSFileBytes its
+	// RssFile part (pages of the executable and other mapped files).
+	RSSBytes     int64 `json:"rssBytes"`
+	RSSFileBytes int64 `json:"rssFileBytes"`
+	// CPUSeconds is utime+stime from /proc/<pid>/stat.
+	CPUSeconds float64 `json:"cpuSeconds"`
+}
+
+// readProc samples process pid.
+func readProc(pid int) (ProcSample, error) {
+	s := ProcSample{At: time.Now()}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return s, err
+	}
+	if s.RSSBytes, err = statusKB(status, "VmRSS"); err != nil {
+		return s, fmt.Errorf("/proc/%d/status: %w", pid, err)
+	}
+	if s.RSSFileBytes, err = statusKB(status, "RssFile"); err != nil {
+		return s, fmt.Errorf("/proc/%d/status: %w", pid, err)
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return s, err
+	}
+	ticks, err := parseCPUTicks(stat)
+	if err != nil {
+		return s, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	s.CPUSeconds = float64(ticks) / clockTicks
+	return s, nil
+}
+
+// statusKB returns a "<field>: <n> kB" line of /proc/<pid>/status in bytes.
+func statusKB(status []byte, field string) (int64, error) {
+	for line := range bytes.SplitSeq(status, []byte("\n")) {
+		rest, ok := bytes.CutPrefix(line, []byte(field+":"))
+		if !ok {
+			continue
+		}
+		f := strings.Fields(string(rest))
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("unexpected %s line %q", field, line)
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		return kb * 1024, nil
+	}
+	return 0, fmt.Errorf("no %s line", field)
+}
+
+// parseCPUTicks returns utime+stime (fields 14 and 15) of /proc/<pid>/stat.
+// The command name (field 2) may hold spaces and parentheses, so fields are
+// counted from the last ')'.
+func parseCPUTicks(stat []byte) (uint64, error) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("no command name")
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	// f[0] is field 3 (state), so field k is f[k-3].
+	if len(f) < 13 {
+		return 0, fmt.Errorf("only %d fields after the command name", len(f))
+	}
+	utime, err := strconv.ParseUint(f[14-3], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("utime: %w", err)
+	}
+	stime, err := strconv.ParseUint(f[15-3], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("stime: %w", err)
+	}
+	return utime + stime, nil
+}
+
+// otherAPIServers counts the kube-apiserver processes on this machine whose
+// command line does not mention dir (clusters of other people or runs).
+func otherAPIServers(dir string) int {
+	entries, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		comm, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if err != nil || strings.TrimSpace(string(comm)) != "kube-apiserver" {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if dir != "" && bytes.Contains(cmdline, []byte(dir)) {
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// loadAverage is the first field of /proc/loadavg.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"os"
+	"testing"
+)
+
+func TestStatusKB(t *testing.T) {
+	status := []byte("Name:\tannex-agent\nVmPeak:\t 2000 kB\nVmRSS:\t   51200 kB\nRssAnon:\t   40960 kB\nRssFile:\t   10240 kB\nThreads:\t12\n")
+	for field, want := range map[string]int64{"VmRSS": 51200 * 1024, "RssFile": 10240 * 1024} {
+		if got, err := statusKB(status, field); err != nil || got != want {
+			t.Errorf("statusKB(%s) = %d, %v; want %d", field, got, err, want)
+		}
+	}
+	if _, err := statusKB([]byte("Name:\tx\n"), "VmRSS"); err == nil {
+		t.Error("statusKB without a VmRSS line: want an error")
+	}
+}
+
+func TestParseCPUTicks(t *testing.T) {
+	// A command name with a space and a parenthesis; utime 250, stime 50.
+	stat := []byte("4242 (annex agent)) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 50 0 0 20 0 12 0 100 0 0")
+	got, err := parseCPUTicks(stat)
+	if err != nil || got != 300 {
+		t.Errorf("parseCPUTicks = %d, %v; want 300", got, err)
+	}
+	if _, err := parseCPUTicks([]byte("1 (x) S 1 2")); err == nil {
+		t.Error("parseCPUTicks of a short line: want an error")
+	}
+}
+
+func TestReadProcSelf(t *testing.T) {
+	s, err := readProc(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.RSSBytes <= 0 || s.CPUSeconds < 0 {
+		t.Errorf("readProc(self) = %+v", s)
+	}
+}

@@ -1,0 +1,391 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// markdown renders the results as the table a person reads; outDir is
+// where the profiles were copied (for excerpts).
+func markdown(r *Results, outDir string) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	env := r.Environment
+	p("# Annex benchmarks, %s\n\n", env.Date.Format("2006-01-02 15:04 MST"))
+	commit := env.GitCommit
+	if len(commit) > 12 {
+		commit = commit[:12]
+	}
+	if env.GitDirty {
+		commit += " (with uncommitted changes)"
+	}
+	p("Scale **%s**%s · commit %s · %s · %d CPUs (%s/%s) · Kubernetes %s · load average at the start %s · run took %s.\n\n",
+		r.Config.Scale, map[bool]string{true: " (customized: see the JSON's config)", false: ""}[r.Config.custom()],
+		commit, env.GoVersion, env.CPUs, env.OS, env.Arch, env.KubeVersion, env.LoadAverage,
+		(time.Duration(env.DurationSeconds) * time.Second).String())
+	if env.OtherAPIServers > 0 {
+		p("**Other clusters were running on this machine during the run** (up to %d other kube-apiserver processes): the numbers are skewed by their load.\n\n", env.OtherAPIServers)
+	} else {
+		p("No other cluster ran on this machine during the run.\n\n")
+	}
+	p("Two fresh local clusters (`internal/localcluster`: real etcd, kube-apiserver, controller-manager, scheduler; kwok nodes): "+
+		"consumer **%s** (1 kwok node) and provider **%s** (%d kwok nodes of %d pods), Annex installed in both, each agent a local process "+
+		"authenticated as its ServiceAccount, peered with room for every pod. Everything ran on this one machine, so the clusters, the agents and the "+
+		"benchmark share its CPUs. Raw numbers of every trial: the JSON next to this file. How to run: [docs/bench.md](../../docs/bench.md).\n\n",
+		consumerName, providerName, env.ProviderNodes, kwokPodsPerNode)
+
+	p("## Targets\n\n")
+	p("| what | how | result | target | met? |\n| --- | --- | --- | --- | --- |\n")
+	for _, t := range r.Targets {
+		p("| %s | %s | %s | %s | %s |\n", cell(t.What), cell(t.How), cell(orDash(t.Result)), cell(t.Target), t.met())
+	}
+	p("\n")
+	var misses []TargetResult
+	for _, t := range r.Targets {
+		if t.Met != nil && !*t.Met {
+			misses = append(misses, t)
+		}
+	}
+	if len(misses) > 0 {
+		p("### Missed targets\n\n")
+		for _, t := range misses {
+			p("- **%s**: %s, target %s.", t.What, t.Result, t.Target)
+			if t.Why != "" {
+				p(" %s", t.Why)
+			}
+			var profs []Profile
+			for _, pr := range r.Profiles {
+				if pr.Target == t.Key || strings.HasPrefix(pr.Target, t.Key+"-") || (t.Key == keyDetection || t.Key == keyRecovery) && strings.HasPrefix(pr.Target, "failure") {
+					if pr.Top != "" {
+						profs = append(profs, pr)
+					}
+				}
+			}
+			sort.SliceStable(profs, func(i, j int) bool { return kindOrder[profs[i].Kind] < kindOrder[profs[j].Kind] })
+			if len(profs) > 0 {
+				p(" Profiles:")
+				for _, pr := range profs {
+					p(" [%s %s of the %s agent](%s) ([raw](%s));", pr.Kind, "profile", pr.Agent, pr.Top, pr.File)
+				}
+				p(" excerpts below.")
+			}
+			p("\n")
+			for _, pr := range profs {
+				if pr.Kind == "cpu" {
+					if h := cpuHotspots(filepath.Join(outDir, pr.Top)); h != "" {
+						p("  - %s agent: %s\n", pr.Agent, h)
+					}
+				}
+			}
+			for _, pr := range profs {
+				p("\n  <details><summary>%s profile of the %s agent, %s (top of <code>go tool pprof -top</code>%s)</summary>\n\n  ```\n%s  ```\n  </details>\n",
+					pr.Kind, pr.Agent, pr.When, " <code>-cum</code>, runtime frames hidden",
+					indent(topExcerpt(filepath.Join(outDir, pr.Top), map[bool]int{true: 12, false: 25}[pr.Kind == "goroutine"]), "  "))
+			}
+		}
+		p("\n")
+	}
+
+	if r.Notes != "" {
+		p("## Notes\n\n%s\n\n", strings.TrimSpace(r.Notes))
+	}
+	renderBursts(&b, r)
+	renderFailures(&b, r)
+	renderUnpeers(&b, r)
+	renderWindows(&b, r)
+	if len(r.Errors) > 0 {
+		p("## Errors\n\n")
+		for _, e := range r.Errors {
+			p("- %s\n", cell(e))
+		}
+		p("\n")
+	}
+	return b.String()
+}
+
+func renderBursts(b *strings.Builder, r *Results) {
+	stats := summarizeBursts(r.Bursts)
+	if len(stats) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("## Offload burst\n\n")
+	p("A Deployment of N replicas (one container, requests 10m CPU and 16Mi) is created and timed from the create call to the last of its pods "+
+		"seen Ready through a watch: **offloaded** = created in namespace `%s` of the consumer (offloaded, strategy Remote), so every pod goes "+
+		"through the virtual node `annex-%s` and runs on the provider as a ShadowPod's pod, Ready as seen on the consumer; **direct** = the same "+
+		"Deployment created in a plain namespace of the provider. Trials per N and mode: %d, interleaved (direct, offloaded, then offloaded, direct, …); "+
+		"after each trial the Deployment is deleted and the benchmark waits until no pod (and no ShadowPod) is left on either cluster. "+
+		"Times in seconds; pods/s = N / time to all Ready.\n\n", offloadNS, providerName, r.Config.BurstTrials)
+	for _, t := range r.Bursts {
+		if t.Profiled {
+			p("Trial %d of the offloaded runs at N=%d ran with both agents' CPU profilers on (they cost a few percent), and its pods stayed "+
+				"for the footprint window before it was cleaned up.\n\n", t.Trial, t.N)
+		}
+	}
+	p("| N | mode | trials | all Ready p50 | all Ready max | first Ready p50 | pods/s p50 | offloaded / direct (p50) |\n")
+	p("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, s := range stats {
+		ratio := ""
+		if s.Mode == modeOffloaded {
+			if off, dir, ok := burstPair(stats, s.N); ok {
+				ratio = fmt.Sprintf("**%.2f**", off.AllReady.P50/dir.AllReady.P50)
+			}
+		}
+		trials := fmt.Sprint(s.Trials)
+		if s.Failed > 0 {
+			trials += fmt.Sprintf(" (%d failed)", s.Failed)
+		}
+		if s.AllReady.N == 0 {
+			p("| %d | %s | %s | – | – | – | – | |\n", s.N, s.Mode, trials)
+			continue
+		}
+		p("| %d | %s | %s | %.2f | %.2f | %.2f | %.1f | %s |\n", s.N, s.Mode, trials, s.AllReady.P50, s.AllReady.Max, s.FirstReady.P50, s.PPS.P50, ratio)
+	}
+	p("\n")
+}
+
+func renderFailures(b *strings.Builder, r *Results) {
+	stats := summarizeFailures(r.Failures)
+	if len(stats) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("## Failure reaction\n\n")
+	p("A Service on the consumer selects %d offloaded pods, all on the provider. Each trial waits until all %d endpoints are ready and 3 s more, then "+
+		"**dead**: kills the provider's API server (SIGKILL; connections refused) or **hung**: stops it (SIGSTOP; connections hang). "+
+		"Detection is from the signal to the consumer's EndpointSlices of the Service having no ready endpoint left (as seen through a watch). "+
+		"The provider is then resumed at once (dead: the API server restarted with the same flags; hung: SIGCONT). Recovery is until every "+
+		"endpoint is ready again, from the resume, and from the provider's API server answering /readyz again (polled every 50 ms). "+
+		"Dead and hung alternate. Seconds; p99 is nearest-rank (the max with fewer than 100 trials).", r.Config.FailurePods, r.Config.FailurePods)
+	if pp := r.Environment.PeerProbe; pp.Interval > 0 {
+		p(" The agents probe their peers every %s (timeout %s); %d failures in a row make a provider unreachable, %d successes reachable again.",
+			pp.Interval, pp.Timeout, pp.FailureThreshold, pp.SuccessThreshold)
+	}
+	p("\n\n")
+	p("| fault | trials | detection p50 | p99 | max | recovery from resume p50 | p99 | max | API server back after (p50) | recovery from API server back p50 | p99 | max |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, s := range stats {
+		trials := fmt.Sprint(s.Trials)
+		if s.Failed > 0 {
+			trials += fmt.Sprintf(" (%d failed)", s.Failed)
+		}
+		p("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", s.Fault, trials,
+			s.Detection.P50, s.Detection.P99, s.Detection.Max, s.Recovery.P50, s.Recovery.P99, s.Recovery.Max,
+			s.APIServer.P50, s.RecoveryAfterAPI.P50, s.RecoveryAfterAPI.P99, s.RecoveryAfterAPI.Max)
+	}
+	p("\n")
+}
+
+func renderUnpeers(b *strings.Builder, r *Results) {
+	stats := summarizeUnpeers(r.Unpeers)
+	if len(stats) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("## Forced unpeer\n\n")
+	p("N pods are offloaded (a Deployment in a namespace of its own), the provider's API server is killed (SIGKILL) and, once the consumer's "+
+		"ForeignCluster says the provider is unreachable, `annexctl unpeer --kubeconfig <consumer> %s --force` runs (default flags). Timed: the command, "+
+		"and from its start until nothing of the peering is left on the consumer (Node, VirtualNode, ResourceSlices, RemoteNamespaces, "+
+		"NetworkConfiguration, tenant namespace, ForeignCluster, pods bound to the virtual node; checked every 100 ms); "+
+		"what is still there %s after the command returned counts as left behind, and \"nothing left\" is then when the last thing that did go went. "+
+		"For this phase the agents "+
+		"run with %s and the provider's also with %s, so that between trials the restarted "+
+		"provider removes the orphaned tenant by itself within seconds and the clusters can peer again. Seconds.\n\n",
+		providerName, leftoverGrace, "`"+strings.Join(unpeerConsumerArgs, " ")+"`", "`"+unpeerProviderArgs[len(unpeerProviderArgs)-1]+"`")
+	p("| N | trials | command p50 | command max | nothing left p50 | nothing left max | left behind | unreachable after the kill (p50) |\n")
+	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, s := range stats {
+		trials := fmt.Sprint(s.Trials)
+		if s.Failed > 0 {
+			trials += fmt.Sprintf(" (%d failed)", s.Failed)
+		}
+		if s.Command.N == 0 {
+			p("| %d | %s | – | – | – | – | – | – |\n", s.N, trials)
+			continue
+		}
+		p("| %d | %s | %.2f | %.2f | %.2f | %.2f | %d of %d | %.2f |\n", s.N, trials, s.Command.P50, s.Command.Max, s.Clean.P50, s.Clean.Max, s.LeftBehind, s.Command.N, s.Unreach.P50)
+	}
+	p("\n")
+}
+
+func renderWindows(b *strings.Builder, r *Results) {
+	if len(r.Windows) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("## Footprint\n\n")
+	p("Idle windows of %s each after %s of quiet: once right after peering (0 offloaded pods) and once with %d offloaded pods Ready. "+
+		"RSS is VmRSS from /proc/<pid>/status (the largest of one sample per second; file-backed: its RssFile, mostly the executable's pages), CPU is utime+stime from /proc/<pid>/stat "+
+		"(clock ticks of 1/100 s) used during the window. The Go columns come from the agent's metrics endpoint at the end of the window: "+
+		"heap objects (`go_memstats_alloc_bytes`: live objects and garbage not yet collected) and free heap the runtime has not returned to the OS "+
+		"(`go_memstats_heap_idle_bytes` − `go_memstats_heap_released_bytes`). The agents' heap grows during the bursts between the two windows "+
+		"and is not all returned to the OS at once, so the per-pod difference is an upper bound.\n\n", r.Config.Window, r.Config.Settle, r.Config.FootprintPods)
+	p("| agent | offloaded pods | RSS (MiB) | of it file-backed (MiB) | CPU in the window (s) | CPU (ms per s) | Go heap objects (MiB) | free heap not returned to the OS (MiB) | goroutines |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, w := range r.Windows {
+		for _, a := range w.Agents {
+			m := a.GoMemory
+			file := "–"
+			if a.RSSFileBytes > 0 {
+				file = fmt.Sprintf("%.1f", mib(a.RSSFileBytes))
+			}
+			p("| %s (%s) | %d | %.1f | %s | %.2f | %.1f | %.1f | %.1f | %.0f |\n", a.Role, a.Cluster, w.OffloadedPods, mib(a.RSSMaxBytes), file, a.CPUSeconds,
+				1000*a.CPUSeconds/w.WindowSeconds, m.HeapAllocBytes/(1<<20), (m.HeapIdleBytes-m.HeapReleasedBytes)/(1<<20), m.Goroutines)
+		}
+	}
+	p("\n")
+	if idle, busy := idleWindow(r), footprintWindow(r); idle != nil && busy != nil && busy.OffloadedPods > 0 {
+		p("Per offloaded pod (difference between the two windows, divided by %d):\n\n", busy.OffloadedPods)
+		p("| agent | RSS per pod (KiB) | CPU per pod (µs per s) |\n| --- | ---: | ---: |\n")
+		for i := range busy.Agents {
+			if i >= len(idle.Agents) {
+				break
+			}
+			a, z := busy.Agents[i], idle.Agents[i]
+			n := float64(busy.OffloadedPods)
+			cpu := "≈ 0 (below the 10 ms tick)"
+			if math.Abs(a.CPUSeconds-z.CPUSeconds) > 2.0/clockTicks {
+				cpu = fmt.Sprintf("%.2f", 1e6*(a.CPUSeconds/busy.WindowSeconds-z.CPUSeconds/idle.WindowSeconds)/n)
+			}
+			p("| %s (%s) | %.1f | %s |\n", a.Role, a.Cluster, float64(a.RSSMaxBytes-z.RSSMaxBytes)/1024/n, cpu)
+		}
+		p("\n")
+	}
+
+	p("## Status churn\n\n")
+	p("Writes the agents sent during the same idle windows: the increase of client-go's `rest_client_requests_total` on each agent's metrics " +
+		"endpoint (every REST client of the process counts there, by API server host and method), POST, PUT, PATCH and DELETE counted. " +
+		"The breakdown below comes from the other end: watches on every resource of both API servers during the window, each change attributed " +
+		"to the manager of the object's most recent managedFields entry (the program name of the client's user agent; deletions carry none).\n\n")
+	p("| agent | offloaded pods | writes/s | writes in the window | by API server and method |\n| --- | ---: | ---: | ---: | --- |\n")
+	for _, w := range r.Windows {
+		for _, a := range w.Agents {
+			var parts []string
+			for _, rc := range a.Requests {
+				if isWrite(rc.Method) {
+					parts = append(parts, fmt.Sprintf("%s on %s: %.0f", rc.Method, rc.Server, rc.Count))
+				}
+			}
+			p("| %s (%s) | %d | %.2f | %.0f | %s |\n", a.Role, a.Cluster, w.OffloadedPods, a.WritesPerSecond, a.Writes, orDash(strings.Join(parts, ", ")))
+		}
+	}
+	p("\n")
+	for _, w := range r.Windows {
+		p("Object changes during the window with %d offloaded pods (%.0f s), Annex's first:\n\n", w.OffloadedPods, w.WindowSeconds)
+		p("| cluster | resource | what it is | event | writer | changes | objects |\n| --- | --- | --- | --- | --- | ---: | --- |\n")
+		rows := 0
+		for _, annex := range []bool{true, false} {
+			for _, c := range w.Changes {
+				if annexChange(c) != annex || rows >= 25 {
+					continue
+				}
+				rows++
+				p("| %s | %s | %s | %s | %s | %d | %s |\n", c.Cluster, c.Resource, orDash(c.Meaning), strings.ToLower(c.Event), orDash(c.Writer), c.Count, cell(strings.Join(c.Objects, ", ")))
+			}
+		}
+		if rows == 0 {
+			p("| – | | | | | 0 | |\n")
+		}
+		p("\n")
+	}
+}
+
+// hotspotFuncs are the functions cpuHotspots names: Annex's and
+// virtual-kubelet's.
+var hotspotFuncs = regexp.MustCompile(`(github\.com/annexhq/annex/|github\.com/virtual-kubelet/virtual-kubelet/)(\S+)$`)
+
+// cpuHotspots summarizes the cumulative section of a CPU .top.txt: the CPU
+// time sampled and the first functions of Annex or virtual-kubelet by
+// cumulative share (closures left out).
+func cpuHotspots(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	section, total := 0, ""
+	var hot []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "# go tool pprof") {
+			section++
+			continue
+		}
+		if section != 2 {
+			continue
+		}
+		if strings.HasPrefix(l, "Duration:") {
+			total = strings.TrimPrefix(l, "Duration: ")
+		}
+		f := strings.Fields(l)
+		if len(f) < 6 || len(hot) == 4 {
+			continue
+		}
+		m := hotspotFuncs.FindStringSubmatch(strings.Join(f[5:], " "))
+		if m == nil || regexp.MustCompile(`\.func\d+$`).MatchString(m[2]) || strings.HasPrefix(m[2], "internal/queue.") {
+			continue
+		}
+		hot = append(hot, fmt.Sprintf("`%s` %s", strings.TrimSuffix(m[2], " (inline)"), f[4]))
+	}
+	if len(hot) == 0 {
+		return ""
+	}
+	if m := regexp.MustCompile(`^(\S+), Total samples = (\S+) \(([\d.]+)%\)`).FindStringSubmatch(total); m != nil {
+		total = fmt.Sprintf("%s of CPU in %s (%s%% of one core)", m[2], m[1], m[3])
+	}
+	return fmt.Sprintf("%s; most of it in (cumulative) %s.", total, strings.Join(hot, ", "))
+}
+
+// kindOrder puts the profiles that usually explain most first.
+var kindOrder = map[string]int{"cpu": 0, "heap": 1, "goroutine": 2}
+
+// topExcerpt returns n lines of the cumulative section of a .top.txt file
+// (see saveProfile).
+func topExcerpt(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error() + "\n"
+	}
+	const want = 2 // the cumulative section
+	section := 0
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "# go tool pprof") {
+			section++
+			continue
+		}
+		if section != want || strings.HasPrefix(l, "#") || strings.HasPrefix(l, "File:") || strings.HasPrefix(l, "Build ID:") ||
+			strings.HasPrefix(l, "Active filters:") || strings.HasPrefix(strings.TrimSpace(l), "hide=") || (len(out) == 0 && strings.TrimSpace(l) == "") {
+			continue
+		}
+		out = append(out, l)
+		if len(out) == n {
+			break
+		}
+	}
+	return strings.Join(out, "\n") + "\n"
+}
+
+func indent(s, prefix string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i := range lines {
+		lines[i] = prefix + lines[i]
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// cell makes text safe inside a Markdown table cell.
+func cell(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "|", "\\|"), "\n", " ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
+}

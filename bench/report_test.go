@@ -1,0 +1,181 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// sampleResults is a small run: every kind of trial, two targets missed.
+func sampleResults() *Results {
+	r := &Results{Environment: Environment{Date: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), CPUs: 2, GoVersion: "go1.26", ProviderNodes: 11},
+		Config: presets["small"]}
+	r.Config.Scale = "small"
+	for i, s := range []float64{10, 12, 11} {
+		r.Bursts = append(r.Bursts,
+			BurstTrial{N: 1000, Mode: modeOffloaded, Trial: i + 1, AllReadySeconds: s * 1.5, FirstReadySeconds: 1, PodsPerSecond: 1000 / (s * 1.5)},
+			BurstTrial{N: 1000, Mode: modeDirect, Trial: i + 1, AllReadySeconds: s, FirstReadySeconds: 0.5, PodsPerSecond: 1000 / s})
+	}
+	r.Bursts[4].Profiled = true // trial 3's offloaded run: counted like the others
+	for i := range 3 {
+		r.Failures = append(r.Failures,
+			FailureTrial{Fault: faultDead, Trial: i + 1, Pods: 100, DetectionSeconds: 3, RecoverySeconds: 5, APIServerReadySeconds: 2.5, RecoveryAfterAPIServerSeconds: 2.5},
+			FailureTrial{Fault: faultHung, Trial: i + 1, Pods: 100, DetectionSeconds: 4, RecoverySeconds: 2, APIServerReadySeconds: 0.1, RecoveryAfterAPIServerSeconds: 1.9})
+	}
+	r.Unpeers = []UnpeerTrial{{N: 10, Trial: 1, CommandSeconds: 3, CleanSeconds: 3}, {N: 100, Trial: 1, CommandSeconds: 6, CleanSeconds: 6}}
+	agents := func(rss int64, writes float64) []AgentWindow {
+		return []AgentWindow{
+			{Cluster: "alpha", Role: "consumer", RSSMaxBytes: rss, CPUSeconds: 0.3, Writes: writes * 30, WritesPerSecond: writes,
+				Requests: []RequestCount{{Host: "127.0.0.1:1", Server: "alpha", Method: "PUT", Count: writes * 30}, {Host: "127.0.0.1:1", Server: "alpha", Method: "GET", Count: 4}}},
+			{Cluster: "beta", Role: "provider", RSSMaxBytes: rss / 2, CPUSeconds: 0.2},
+		}
+	}
+	r.Windows = []IdleWindow{
+		{Name: "no offloaded pods", WindowSeconds: 30, Agents: agents(60<<20, 0)},
+		{Name: "1000 offloaded pods", OffloadedPods: 1000, WindowSeconds: 30, Agents: agents(200<<20, 0.5), Changes: []ObjectChanges{
+			{Cluster: "alpha", Resource: "leases.coordination.k8s.io", Event: "MODIFIED", Writer: "annex-agent Update", Count: 15, Objects: []string{"annex-system/annex-agent ×15"},
+				Meaning: meaning("leases.coordination.k8s.io", "annex-system/annex-agent")},
+			{Cluster: "beta", Resource: "leases.coordination.k8s.io", Event: "MODIFIED", Writer: "kwok Update", Count: 30, Objects: []string{"kube-node-lease/beta-worker-0 ×30"}},
+		}},
+	}
+	return r
+}
+
+func TestEvaluate(t *testing.T) {
+	got := map[string]string{}
+	for _, tr := range evaluate(sampleResults()) {
+		got[tr.Key] = tr.Result + " => " + tr.met()
+	}
+	want := map[string]string{
+		keyRatio:     "1.50 (16.5 s vs 11.0 s) => **no**",
+		keyDetection: "dead 3.00 s, hung 4.00 s => yes",
+		keyRecovery:  "dead 2.50 s, hung 1.90 s => yes",
+		keyUnpeer:    "N=10 3.0 s, N=100 6.0 s => yes",
+		keyRSS:       "200 MiB => **no**",
+		keyWrites:    "consumer 0.50/s, provider 0.00/s => **no**",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("targets (-want +got):\n%s", diff)
+	}
+}
+
+func TestEvaluateNotMeasured(t *testing.T) {
+	r := &Results{Config: presets["small"]}
+	for _, tr := range evaluate(r) {
+		if tr.Met != nil || tr.met() != "not measured" {
+			t.Errorf("%s: met %v with nothing measured", tr.Key, *tr.Met)
+		}
+	}
+}
+
+func TestMarkdown(t *testing.T) {
+	r := sampleResults()
+	r.Targets = evaluate(r)
+	md := markdown(r, t.TempDir())
+	for _, want := range []string{
+		"| what | how | result | target | met? |",
+		"### Missed targets",
+		"| 1000 | offloaded | 3 | 16.50 | 18.00 | 1.00 | 60.6 | **1.50** |",
+		"| dead | 3 | 3.00 | 3.00 | 3.00 | 5.00 |",
+		"| 100 | 1 | 6.00 | 6.00 | 6.00 | 6.00 |",
+		"| consumer (alpha) | 1000 | 200.0 |",
+		"| consumer (alpha) | 1000 | 0.50 | 15 | PUT on alpha: 15 |",
+		"| alpha | leases.coordination.k8s.io | the agent's leader-election Lease | modified | annex-agent Update | 15 | annex-system/annex-agent ×15 |",
+		"No other cluster ran",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("Markdown lacks %q:\n%s", want, md)
+		}
+	}
+	// Annex's writers come first even with fewer changes.
+	if strings.Index(md, "annex-agent Update") > strings.Index(md, "kwok Update") {
+		t.Error("kwok's changes listed before Annex's")
+	}
+	if _, err := json.Marshal(r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func quietFlags() *flag.FlagSet {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+func TestConfigFromFlags(t *testing.T) {
+	cfg, o, err := configFromFlags(quietFlags(), []string{"-scale", "full", "-sizes", "5,7", "-trials", "1", "-phases", "burst,unpeer", "-out", "/tmp/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int{5, 7}, cfg.BurstSizes); diff != "" || cfg.BurstTrials != 1 || cfg.FailureTrials != 20 || o.out != "/tmp/x" {
+		t.Errorf("config %+v, options %+v", cfg, o)
+	}
+	if !cfg.runs(phaseBurst) || cfg.runs(phaseFailure) || !cfg.custom() {
+		t.Errorf("phases %v", cfg.Phases)
+	}
+	if full, _, _ := configFromFlags(quietFlags(), []string{"-scale", "full"}); full.custom() || full.maxPods() != 5000 {
+		t.Errorf("full preset: custom %v, maxPods %d", full.custom(), full.maxPods())
+	}
+	for _, bad := range [][]string{{"-scale", "huge"}, {"-sizes", "0"}, {"-phases", "nope"}, {"extra"}} {
+		if _, _, err := configFromFlags(quietFlags(), bad); err == nil {
+			t.Errorf("%v: want an error", bad)
+		}
+	}
+}
+
+func TestMeaning(t *testing.T) {
+	for _, tc := range []struct{ resource, obj, want string }{
+		{"leases.coordination.k8s.io", "annex-system/annex-agent", "the agent's leader-election Lease"},
+		{"leases.coordination.k8s.io", "kube-node-lease/annex-beta", "a virtual node's Lease (node heartbeat)"},
+		{"leases.coordination.k8s.io", "kube-node-lease/beta-worker-3", "a kwok node's Lease"},
+		{"leases.coordination.k8s.io", "annex-tenant-alpha/annex-consumer-heartbeat", "the consumer's heartbeat Lease on the provider"},
+		{"nodes", "annex-beta", "a virtual node's status"},
+		{"configmaps", "x/y", ""},
+	} {
+		if got := meaning(tc.resource, tc.obj); got != tc.want {
+			t.Errorf("meaning(%s, %s) = %q, want %q", tc.resource, tc.obj, got, tc.want)
+		}
+	}
+}
+
+func TestProviderNodes(t *testing.T) {
+	for pods, want := range map[int]int{10: 2, 1000: 11, 5000: 48} {
+		if got := providerNodes(pods); got != want || got*kwokPodsPerNode < pods+spareProviderPods {
+			t.Errorf("providerNodes(%d) = %d, want %d", pods, got, want)
+		}
+	}
+}
+
+func TestRender(t *testing.T) {
+	r := sampleResults()
+	data, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, stamp(r.Environment.Date)+".json")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := render(path, "A *note*."); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"2026-01-02T0304Z.md", "latest.md"} {
+		md, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || !strings.Contains(string(md), "## Targets") || !strings.Contains(string(md), "## Notes\n\nA *note*.") {
+			t.Errorf("%s: %v\n%s", name, err, md)
+		}
+	}
+	back := &Results{}
+	data, _ = os.ReadFile(path)
+	if err := json.Unmarshal(data, back); err != nil || len(back.Targets) != 6 || len(back.Bursts) != len(r.Bursts) {
+		t.Errorf("rewritten JSON: %v, %d targets", err, len(back.Targets))
+	}
+}

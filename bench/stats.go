@@ -1,0 +1,38 @@
+package main
+
+import (
+	"math"
+	"slices"
+)
+
+// Summary summarizes the samples of one measurement, in seconds (or the
+// unit of the samples).
+type Summary struct {
+	N   int     `json:"n"`
+	Min float64 `json:"min"`
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// summarize computes a Summary. Percentiles use the nearest-rank method
+// (the smallest sample with at least p% of the samples at or below it), so
+// with fewer than 100 samples p99 is the maximum.
+func summarize(xs []float64) Summary {
+	if len(xs) == 0 {
+		return Summary{}
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return Summary{N: len(s), Min: s[0], P50: percentile(s, 50), P99: percentile(s, 99), Max: s[len(s)-1]}
+}
+
+// percentile is the nearest-rank p-th percentile of sorted samples.
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	rank = min(max(rank, 1), len(sorted))
+	return sorted[rank-1]
+}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Targets of issue #9: goals to report against, never test assertions.
+const (
+	targetRatio      = 1.2       // offloaded/direct time to all Ready at ratioN
+	ratioN           = 1000      //
+	targetDetection  = 5.0       // seconds, p99
+	targetRecovery   = 5.0       // seconds, p99
+	targetUnpeer     = 15.0      // seconds
+	targetRSS        = 150 << 20 // bytes, consumer agent at footprint pods
+	targetWritesRate = 0.0       // writes per second at steady state
+)
+
+// Target keys; profiles name the key they explain.
+const (
+	keyRatio     = "burst-ratio"
+	keyDetection = "detection"
+	keyRecovery  = "recovery"
+	keyUnpeer    = "unpeer"
+	keyRSS       = "consumer-rss"
+	keyWrites    = "writes"
+)
+
+func ptrTo(b bool) *bool { return &b }
+
+// evaluate computes the targets from the raw results.
+func evaluate(r *Results) []TargetResult {
+	var out []TargetResult
+	cfg := r.Config
+
+	// Offload burst.
+	ratio := TargetResult{Key: keyRatio,
+		What:   fmt.Sprintf("Offload burst: time to all %d pods Ready, offloaded / direct", ratioN),
+		How:    "p50 over the trials of each mode, same run, interleaved (see Offload burst)",
+		Target: fmt.Sprintf("≤ %.1f", targetRatio)}
+	if off, dir, ok := burstPair(summarizeBursts(r.Bursts), ratioN); ok {
+		v := off.AllReady.P50 / dir.AllReady.P50
+		ratio.Result = fmt.Sprintf("%.2f (%.1f s vs %.1f s)", v, off.AllReady.P50, dir.AllReady.P50)
+		ratio.Met = ptrTo(v <= targetRatio)
+	}
+	out = append(out, ratio)
+
+	// Failure reaction.
+	fs := summarizeFailures(r.Failures)
+	det := TargetResult{Key: keyDetection,
+		What:   fmt.Sprintf("Failure detection: fault → the %d endpoints on the provider not ready", cfg.FailurePods),
+		How:    "p99 over the trials (nearest rank), dead (SIGKILL) and hung (SIGSTOP) API server",
+		Target: fmt.Sprintf("≤ %.0f s p99", targetDetection)}
+	rec := TargetResult{Key: keyRecovery,
+		What: "Failure recovery: provider back → every endpoint ready again",
+		How: "p99 over the trials, from the moment the provider's API server answers /readyz again (SIGCONT: at once; " +
+			"a killed one is restarted, which takes Kubernetes itself a few seconds: see the table for the time from the restart)",
+		Target: fmt.Sprintf("≤ %.0f s p99", targetRecovery)}
+	var detParts, recParts []string
+	detOK, recOK, measured := true, true, false
+	for _, s := range fs {
+		if s.Detection.N == 0 {
+			continue
+		}
+		measured = true
+		detParts = append(detParts, fmt.Sprintf("%s %.2f s", s.Fault, s.Detection.P99))
+		recParts = append(recParts, fmt.Sprintf("%s %.2f s", s.Fault, s.RecoveryAfterAPI.P99))
+		detOK = detOK && s.Detection.P99 <= targetDetection && s.Failed == 0
+		recOK = recOK && s.RecoveryAfterAPI.P99 <= targetRecovery && s.Failed == 0
+	}
+	if measured {
+		det.Result, det.Met = strings.Join(detParts, ", "), ptrTo(detOK)
+		rec.Result, rec.Met = strings.Join(recParts, ", "), ptrTo(recOK)
+	}
+	out = append(out, det, rec)
+
+	// Forced unpeer.
+	up := TargetResult{Key: keyUnpeer,
+		What: "Forced unpeer with a dead provider: `annexctl unpeer --force` until nothing of the peering is left on the consumer",
+		How: fmt.Sprintf("max over the trials of each size, from the command's start until nothing of the peering is left on the consumer "+
+			"(checked every 100 ms after the command returned); anything still there %s later is left behind, a miss", leftoverGrace),
+		Target: fmt.Sprintf("≤ %.0f s", targetUnpeer)}
+	var upParts []string
+	upOK := true
+	left := map[string]bool{}
+	for _, t := range r.Unpeers {
+		for _, l := range t.LeftBehind {
+			left[l] = true
+		}
+	}
+	for _, s := range summarizeUnpeers(r.Unpeers) {
+		switch {
+		case s.Command.N == 0:
+			upOK = false
+			upParts = append(upParts, fmt.Sprintf("N=%d failed", s.N))
+		case s.LeftBehind > 0:
+			upOK = false
+			upParts = append(upParts, fmt.Sprintf("N=%d %.1f s, but something left behind in %d of %d trials", s.N, s.Clean.Max, s.LeftBehind, s.Trials))
+		default:
+			upParts = append(upParts, fmt.Sprintf("N=%d %.1f s", s.N, s.Clean.Max))
+			upOK = upOK && s.Clean.Max <= targetUnpeer && s.Failed == 0
+		}
+	}
+	if len(upParts) > 0 {
+		up.Result, up.Met = strings.Join(upParts, ", "), ptrTo(upOK)
+	}
+	if len(left) > 0 {
+		names := make([]string, 0, len(left))
+		for l := range left {
+			names = append(names, l)
+		}
+		sort.Strings(names)
+		up.Why = fmt.Sprintf("The command returns, but %s stayed on the consumer (still there %s later): `annexctl unpeer --force` does not remove it.", strings.Join(names, ", "), leftoverGrace)
+	}
+	out = append(out, up)
+
+	// Footprint and churn.
+	rss := TargetResult{Key: keyRSS,
+		What:   fmt.Sprintf("Consumer agent memory with %d offloaded pods", cfg.FootprintPods),
+		How:    "largest VmRSS (/proc/<pid>/status) sampled every second over the idle window",
+		Target: fmt.Sprintf("≤ %d MiB", targetRSS>>20)}
+	writes := TargetResult{Key: keyWrites,
+		What: fmt.Sprintf("Status churn: agent API writes at steady state with %d offloaded pods", cfg.FootprintPods),
+		How: "increase of rest_client_requests_total (POST, PUT, PATCH, DELETE; every API server the agent talks to) " +
+			"over the idle window, per second",
+		Target: "0 /s"}
+	if w := footprintWindow(r); w != nil {
+		for _, a := range w.Agents {
+			if a.Role == "consumer" {
+				rss.Result = fmt.Sprintf("%.0f MiB", mib(a.RSSMaxBytes))
+				rss.Met = ptrTo(a.RSSMaxBytes <= targetRSS)
+				if m := a.GoMemory; !*rss.Met && m.SysBytes > 0 {
+					rss.Why = fmt.Sprintf("At the end of the window the Go runtime held %.0f MiB of heap objects (live ones and garbage not yet collected; "+
+						"the heap profile shows the live ones) in %.0f MiB of heap spans; %.0f MiB of free heap spans were not yet returned to the OS; "+
+						"it had %.0f MiB from the OS in all, %.0f MiB of which it had released again (%.0f goroutines).",
+						m.HeapAllocBytes/(1<<20), m.HeapInuseBytes/(1<<20), (m.HeapIdleBytes-m.HeapReleasedBytes)/(1<<20), m.SysBytes/(1<<20),
+						m.HeapReleasedBytes/(1<<20), m.Goroutines)
+					if a.RSSFileBytes > 0 {
+						rss.Why += fmt.Sprintf(" %.0f MiB of the RSS were file-backed (the executable's pages).", mib(a.RSSFileBytes))
+					}
+				}
+			}
+		}
+		var parts []string
+		ok := true
+		for _, a := range w.Agents {
+			parts = append(parts, fmt.Sprintf("%s %.2f/s", a.Role, a.WritesPerSecond))
+			ok = ok && a.WritesPerSecond <= targetWritesRate
+		}
+		writes.Result, writes.Met = strings.Join(parts, ", "), ptrTo(ok)
+		if !ok {
+			writes.Why = "The writes that remain, by object (from the API servers' watches; see Status churn): " + annexChangeSummary(w.Changes, 6) + "."
+		}
+	}
+	out = append(out, rss, writes)
+	return out
+}
+
+// burstPair returns the offloaded and direct stats of size n.
+func burstPair(stats []burstStats, n int) (off, dir burstStats, ok bool) {
+	var haveOff, haveDir bool
+	for _, s := range stats {
+		if s.N != n || s.AllReady.N == 0 {
+			continue
+		}
+		switch s.Mode {
+		case modeOffloaded:
+			off, haveOff = s, true
+		case modeDirect:
+			dir, haveDir = s, true
+		}
+	}
+	return off, dir, haveOff && haveDir
+}
+
+// footprintWindow is the idle window with offloaded pods, if measured.
+func footprintWindow(r *Results) *IdleWindow {
+	for i := range r.Windows {
+		if r.Windows[i].OffloadedPods > 0 {
+			return &r.Windows[i]
+		}
+	}
+	return nil
+}
+
+// idleWindow is the idle window without offloaded pods, if measured.
+func idleWindow(r *Results) *IdleWindow {
+	for i := range r.Windows {
+		if r.Windows[i].OffloadedPods == 0 {
+			return &r.Windows[i]
+		}
+	}
+	return nil
+}
+
+// annexChangeSummary lists the largest changes made by Annex's writers.
+func annexChangeSummary(changes []ObjectChanges, n int) string {
+	var parts []string
+	for _, c := range changes {
+		if !annexChange(c) {
+			continue
+		}
+		if len(parts) == n {
+			parts = append(parts, "…")
+			break
+		}
+		what := c.Resource
+		if c.Meaning != "" {
+			what = c.Meaning + " (" + c.Resource + ")"
+		}
+		parts = append(parts, fmt.Sprintf("%d× %s %s on %s by %s: %s", c.Count, strings.ToLower(c.Event), what, c.Cluster, c.Writer, strings.Join(c.Objects, ", ")))
+	}
+	if len(parts) == 0 {
+		return "none attributed to Annex (see the table)"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// missed reports whether target key was missed.
+func missed(targets []TargetResult, key string) bool {
+	for _, t := range targets {
+		if t.Key == key && t.Met != nil && !*t.Met {
+			return true
+		}
+	}
+	return false
+}
