@@ -337,6 +337,11 @@ func render(path, notes string) error {
 	if notes != "" {
 		r.Notes = notes
 	}
+	for i := range r.Profiles {
+		if err := writeTop(&r.Profiles[i], filepath.Dir(path)); err != nil {
+			return err
+		}
+	}
 	if data, err = json.MarshalIndent(r, "", "  "); err != nil {
 		return err
 	}

@@ -126,26 +126,31 @@ func saveProfile(p *Profile, outDir, stamp string) error {
 	if err := os.WriteFile(filepath.Join(outDir, base+".pb.gz"), data, 0o644); err != nil {
 		return err
 	}
-	p.File = base + ".pb.gz"
-	// Flat first; then cumulative without the runtime's own frames, which
-	// shows what Annex's code spends the time (or parks the goroutines) in.
+	p.File, p.Top = base+".pb.gz", base+".top.txt"
+	return writeTop(p, outDir)
+}
+
+// topNodes is how many lines each section of a .top.txt keeps.
+const topNodes = 60
+
+// writeTop writes the .top.txt of a saved profile: flat first, then
+// cumulative without the runtime's own frames, which shows what Annex's
+// code spends the time (or parks the goroutines) in.
+func writeTop(p *Profile, outDir string) error {
 	header := fmt.Sprintf("# %s profile of the %s agent (%s), for target %q\n", p.Kind, p.Agent, p.When, p.Target)
 	var text []byte
 	for _, args := range [][]string{{"-top"}, {"-top", "-cum", `-hide=^runtime\.|^internal/runtime`}} {
+		args = append(args, fmt.Sprintf("-nodecount=%d", topNodes))
 		if p.Kind == "heap" {
 			args = append(args, "-sample_index=inuse_space")
 		}
-		out, err := exec.Command("go", append(append([]string{"tool", "pprof"}, args...), p.tmp)...).Output()
+		out, err := exec.Command("go", append(append([]string{"tool", "pprof"}, args...), filepath.Join(outDir, p.File))...).Output()
 		if err != nil {
-			return fmt.Errorf("go tool pprof %s %s: %w", strings.Join(args, " "), p.tmp, err)
+			return fmt.Errorf("go tool pprof %s %s: %w", strings.Join(args, " "), p.File, err)
 		}
 		text = append(text, fmt.Sprintf("%s# go tool pprof %s %s\n\n", header, strings.Join(args, " "), p.File)...)
 		text = append(append(text, out...), '\n')
 		header = ""
 	}
-	if err := os.WriteFile(filepath.Join(outDir, base+".top.txt"), text, 0o644); err != nil {
-		return err
-	}
-	p.Top = base + ".top.txt"
-	return nil
+	return os.WriteFile(filepath.Join(outDir, p.Top), text, 0o644)
 }
