@@ -155,8 +155,8 @@ func TestSameConnection(t *testing.T) {
 	for _, tc := range tests {
 		c := base()
 		tc.mutate(c)
-		if got := sameConnection(base(), c); got != tc.want {
-			t.Errorf("%s: sameConnection = %v, want %v", tc.name, got, tc.want)
+		if got := SameConnection(base(), c); got != tc.want {
+			t.Errorf("%s: SameConnection = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

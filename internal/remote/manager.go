@@ -196,7 +196,7 @@ func (m *Manager) Set(clusterID string, cfg *rest.Config) error {
 		return fmt.Errorf("remote: peer %q: nil rest.Config", clusterID)
 	}
 	m.mu.Lock()
-	if p := m.peers[clusterID]; p != nil && p.cfg != nil && sameConnection(p.cfg, cfg) {
+	if p := m.peers[clusterID]; p != nil && p.cfg != nil && SameConnection(p.cfg, cfg) {
 		m.mu.Unlock()
 		return nil
 	}
@@ -458,9 +458,9 @@ func readyzURL(host string) (string, error) {
 	return u.String(), nil
 }
 
-// sameConnection reports whether two configs reach the same server with the
-// same credentials.
-func sameConnection(a, b *rest.Config) bool {
+// SameConnection reports whether two configs reach the same server with the
+// same credentials (a rotated token is a different connection).
+func SameConnection(a, b *rest.Config) bool {
 	ta, tb := a.TLSClientConfig, b.TLSClientConfig
 	return a.Host == b.Host && a.APIPath == b.APIPath &&
 		a.BearerToken == b.BearerToken && a.BearerTokenFile == b.BearerTokenFile &&

@@ -1,7 +1,6 @@
 package podreflector
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/remote"
 )
 
 var everything = labels.Everything()
@@ -82,7 +82,7 @@ func (r *Reflector) recheckSession() {
 		return
 	}
 	cfg, err := r.cfg.Remotes.RESTConfig(r.cfg.ProviderID)
-	if err != nil || sameConnection(cfg, r.sess.cfg) {
+	if err != nil || remote.SameConnection(cfg, r.sess.cfg) {
 		r.mu.Unlock()
 		return
 	}
@@ -91,19 +91,6 @@ func (r *Reflector) recheckSession() {
 	r.startSessionLocked()
 	r.mu.Unlock()
 	r.enqueueAllPods()
-}
-
-// sameConnection reports whether two configs reach the same server with the
-// same credentials.
-func sameConnection(a, b *rest.Config) bool {
-	ta, tb := a.TLSClientConfig, b.TLSClientConfig
-	return a.Host == b.Host && a.APIPath == b.APIPath &&
-		a.BearerToken == b.BearerToken && a.BearerTokenFile == b.BearerTokenFile &&
-		a.Username == b.Username && a.Password == b.Password &&
-		ta.Insecure == tb.Insecure && ta.ServerName == tb.ServerName &&
-		ta.CAFile == tb.CAFile && bytes.Equal(ta.CAData, tb.CAData) &&
-		ta.CertFile == tb.CertFile && bytes.Equal(ta.CertData, tb.CertData) &&
-		ta.KeyFile == tb.KeyFile && bytes.Equal(ta.KeyData, tb.KeyData)
 }
 
 // stopSessionLocked stops the session, if any.
