@@ -96,6 +96,22 @@ type Link struct {
 	// AllowedSources are the source ranges accepted from the peer: its own
 	// CIDRs (replies) and this cluster's view of them (its requests).
 	AllowedSources []netip.Prefix `json:"allowedSources"`
+	// Transit are this cluster's transit addresses of pods running on the
+	// peer: a packet to Address (arriving from another link) is sent to
+	// the peer with its destination rewritten to To, the pod's address in
+	// the peer's own view.
+	Transit []Transit `json:"transit,omitempty"`
+	// Masquerade is the source address, in the peer's view, of packets this
+	// gateway relays to the peer from another link (transit): this
+	// gateway's own address in this cluster's external CIDR. Required with
+	// Transit.
+	Masquerade netip.Addr `json:"masquerade,omitzero"`
+}
+
+// Transit is one transit address and the address it leads to.
+type Transit struct {
+	Address netip.Addr `json:"address"`
+	To      netip.Addr `json:"to"`
 }
 
 // Config is everything a gateway programs.
@@ -122,6 +138,14 @@ func (c *Config) Validate() error {
 		case len(l.Routes) == 0:
 			return fmt.Errorf("link %q: no routes", l.Peer)
 		}
+		if len(l.Transit) > 0 && !l.Masquerade.Is4() {
+			return fmt.Errorf("link %q: transit addresses need an IPv4 masquerade address", l.Peer)
+		}
+		for _, t := range l.Transit {
+			if !t.Address.Is4() || !t.To.Is4() {
+				return fmt.Errorf("link %q: transit %s -> %s must map IPv4 addresses", l.Peer, t.Address, t.To)
+			}
+		}
 		for _, m := range append(append([]Netmap{}, l.DNAT...), l.SNAT...) {
 			if !m.From.IsValid() || !m.To.IsValid() || m.From.Bits() != m.To.Bits() || !m.From.Addr().Is4() || !m.To.Addr().Is4() {
 				return fmt.Errorf("link %q: netmap %s -> %s must map IPv4 prefixes of equal length", l.Peer, m.From, m.To)
@@ -133,9 +157,12 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// devicePrefix starts the name of every link's device.
+const devicePrefix = "annex-"
+
 // DeviceName is the WireGuard device of the link with peer.
 func DeviceName(peer string) string {
-	name := "annex-" + peer
+	name := devicePrefix + peer
 	if len(name) > 15 { // IFNAMSIZ - 1
 		name = name[:15]
 	}

@@ -28,6 +28,9 @@ const TableName = "annex"
 // mtu leaves room for WireGuard's 80 bytes of overhead on a 1500 underlay.
 const mtu = 1420
 
+// ctDirReply is the kernel's IP_CT_DIR_REPLY (ct direction reply).
+const ctDirReply = 1
+
 // markBase and tableBase place each link's firewall mark and routing table
 // (base + a 15-bit hash of the peer) away from values others use.
 const (
@@ -249,9 +252,22 @@ func (d *Dataplane) removeLink(name string, l Link) {
 	d.log.Info("Removed link", "device", name, "peer", l.Peer)
 }
 
-// programNAT rebuilds the table in one transaction: a mark chain (before
-// destination NAT) that marks packets for each link by their original
-// destination, and the netmap DNAT and SNAT of every link.
+// programNAT rebuilds the table in one transaction:
+//
+//   - chain "mark" (prerouting, before destination NAT) chooses the link a
+//     packet leaves by. A reply takes the link its connection came in
+//     from (remembered in the connection's mark), or none: a reply to a
+//     connection this cluster started is translated back into this
+//     cluster's own addresses and routed normally. Any other packet takes
+//     the link whose routes or transit addresses hold its destination, as
+//     seen before the translation (after it, the destination may lie in
+//     this cluster's own pod CIDR).
+//   - chain "dnat": transit addresses to the pods' addresses in their
+//     cluster's view, then each link's netmap from this cluster's view of
+//     the peer to the peer's own.
+//   - chain "snat": relayed packets (in from one link, out through another)
+//     take the link's masquerade address; then each link's netmap from this
+//     cluster's own ranges to the peer's view of them.
 func programNAT(c Config) error {
 	n, err := nftables.New()
 	if err != nil {
@@ -272,23 +288,58 @@ func programNAT(c Config) error {
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
 	snat := n.AddChain(&nftables.Chain{Name: "snat", Table: tbl, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	add := func(ch *nftables.Chain, exprs ...expr.Any) {
+		n.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: exprs})
+	}
+	// Replies: meta mark = ct mark, and nothing else in this chain.
+	add(mark,
+		&expr.Ct{Key: expr.CtKeyDIRECTION, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{ctDirReply}},
+		&expr.Ct{Key: expr.CtKeyMARK, Register: 1},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
+		&expr.Verdict{Kind: expr.VerdictAccept})
 	for _, l := range c.Links {
-		id := linkID(l.Peer)
+		id := markBase + linkID(l.Peer)
+		dev := DeviceName(l.Peer)
+		setMark := func(key expr.CtKey, meta bool) []expr.Any {
+			out := []expr.Any{&expr.Immediate{Register: 1, Data: binaryutil.NativeEndian.PutUint32(id)}}
+			if meta {
+				return append(out, &expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1})
+			}
+			return append(out, &expr.Ct{Key: key, SourceRegister: true, Register: 1})
+		}
+		// Connections that come in through the link: replies go back there.
+		add(mark, append([]expr.Any{
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(dev)},
+		}, setMark(expr.CtKeyMARK, false)...)...)
 		for _, r := range l.Routes {
-			n.AddRule(&nftables.Rule{Table: tbl, Chain: mark, Exprs: append(matchPrefix(16, r),
-				&expr.Immediate{Register: 1, Data: binaryutil.NativeEndian.PutUint32(markBase + id)},
-				&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1})})
+			add(mark, append(matchPrefix(16, r), setMark(0, true)...)...)
+		}
+		for _, t := range l.Transit {
+			add(mark, append(matchPrefix(16, netip.PrefixFrom(t.Address, 32)), setMark(0, true)...)...)
+			to := t.To.As4()
+			add(dnat, append(matchPrefix(16, netip.PrefixFrom(t.Address, 32)),
+				&expr.Immediate{Register: 1, Data: to[:]},
+				&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(nftables.TableFamilyIPv4), RegAddrMin: 1})...)
+		}
+		outDev := []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(dev)},
+		}
+		if l.Masquerade.Is4() {
+			from := l.Masquerade.As4()
+			add(snat, append(slices.Clone(outDev),
+				&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(devicePrefix)}, // any link's device
+				&expr.Immediate{Register: 1, Data: from[:]},
+				&expr.NAT{Type: expr.NATTypeSourceNAT, Family: uint32(nftables.TableFamilyIPv4), RegAddrMin: 1})...)
 		}
 		for _, m := range l.DNAT {
-			n.AddRule(&nftables.Rule{Table: tbl, Chain: dnat, Exprs: append(matchPrefix(16, m.From), netmap(expr.NATTypeDestNAT, m.To)...)})
+			add(dnat, append(matchPrefix(16, m.From), netmap(expr.NATTypeDestNAT, m.To)...)...)
 		}
 		for _, m := range l.SNAT {
-			exprs := []expr.Any{
-				&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(DeviceName(l.Peer))},
-			}
-			exprs = append(append(exprs, matchPrefix(12, m.From)...), netmap(expr.NATTypeSourceNAT, m.To)...)
-			n.AddRule(&nftables.Rule{Table: tbl, Chain: snat, Exprs: exprs})
+			add(snat, append(append(slices.Clone(outDev), matchPrefix(12, m.From)...), netmap(expr.NATTypeSourceNAT, m.To)...)...)
 		}
 	}
 	return n.Flush()

@@ -34,8 +34,17 @@ const (
 	ReasonWaitingForRemote = "WaitingForRemote"
 	// ReasonConnected: the link is fully configured.
 	ReasonConnected = "Connected"
-	// ReasonTunnelDown: the gateway tunnel is down.
+	// ReasonTunnelDown: the gateway runs but has had no handshake with the
+	// remote gateway recently.
 	ReasonTunnelDown = "TunnelDown"
+	// ReasonTunnelUp: a handshake with the remote gateway completed recently.
+	ReasonTunnelUp = "TunnelUp"
+	// ReasonGatewayDown: this cluster's gateway has not reported recently
+	// (not running, or hung).
+	ReasonGatewayDown = "GatewayDown"
+	// ReasonNoTunnel: the link has no spec.tunnel (one of the clusters runs
+	// no gateway).
+	ReasonNoTunnel = "NoTunnel"
 )
 
 // ClusterCIDRs are the address ranges a cluster owns, in its own view.
@@ -92,6 +101,52 @@ type NetworkConfigurationSpec struct {
 	// remote are the remote cluster's CIDRs in the remote cluster's own view.
 	// +required
 	Remote ClusterCIDRs `json:"remote"`
+
+	// tunnel is how this cluster's gateway reaches the remote cluster's
+	// gateway for this link. Set by `annexctl network connect` when both
+	// clusters run a gateway; without it the link is bookkeeping only and
+	// no packets flow.
+	// +optional
+	Tunnel *TunnelSpec `json:"tunnel,omitempty"`
+}
+
+// TunnelSpec is one side of a link's WireGuard tunnel.
+type TunnelSpec struct {
+	// listenPort is the UDP port this cluster's gateway listens on for this
+	// link (one WireGuard device, and port, per link).
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	ListenPort int32 `json:"listenPort"`
+
+	// remotePublicKey is the WireGuard public key of the remote cluster's
+	// gateway (base64). Its private key never leaves the remote cluster.
+	// +required
+	// +kubebuilder:validation:MinLength=44
+	// +kubebuilder:validation:MaxLength=44
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9+/]{43}=$`
+	RemotePublicKey string `json:"remotePublicKey"`
+
+	// remoteEndpoint is where the remote cluster's gateway listens for this
+	// link, "ip:port".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	RemoteEndpoint string `json:"remoteEndpoint"`
+}
+
+// TunnelStatus is what the gateway last reported about the link's tunnel.
+type TunnelStatus struct {
+	// lastHandshake is when the tunnel's last WireGuard handshake completed.
+	// +optional
+	LastHandshake *metav1.Time `json:"lastHandshake,omitempty"`
+	// rxBytes and txBytes count the bytes received and sent through the
+	// tunnel since the gateway started (refreshed at most every
+	// 30 seconds).
+	// +optional
+	RxBytes int64 `json:"rxBytes,omitempty"`
+	// +optional
+	TxBytes int64 `json:"txBytes,omitempty"`
 }
 
 // NetworkConfigurationStatus holds the remappings of both sides.
@@ -109,6 +164,11 @@ type NetworkConfigurationStatus struct {
 	// cluster's view.
 	// +optional
 	RemappedLocal *RemappedCIDRs `json:"remappedLocal,omitempty"`
+
+	// tunnel is the gateway's view of the link's tunnel; absent while no
+	// gateway reports on it.
+	// +optional
+	Tunnel *TunnelStatus `json:"tunnel,omitempty"`
 
 	// conditions are Remapped, Ready and TunnelConnected.
 	// +optional
