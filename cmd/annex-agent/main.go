@@ -27,6 +27,7 @@ import (
 	"github.com/annexhq/annex/internal/agent"
 	"github.com/annexhq/annex/internal/controller/credentials"
 	"github.com/annexhq/annex/internal/controller/foreigncluster"
+	"github.com/annexhq/annex/internal/controller/gatewayconfig"
 	"github.com/annexhq/annex/internal/controller/heartbeat"
 	"github.com/annexhq/annex/internal/controller/namespaceoffloading"
 	"github.com/annexhq/annex/internal/controller/reflection"
@@ -60,6 +61,7 @@ func run() error {
 	var endpointOpts shadowendpointslice.Options
 	vnOpts := virtualnode.DefaultOptions()
 	kubeletOpts := kubeletserver.DefaultOptions()
+	var gatewayOpts gatewayconfig.Options
 	renewFraction := 2.0 / 3
 	heartbeatInterval := 30 * time.Second
 	tenantGrace := 15 * time.Minute
@@ -76,6 +78,7 @@ func run() error {
 	endpointOpts.BindFlags(fs)
 	vnOpts.BindFlags(fs)
 	kubeletOpts.BindFlags(fs)
+	gatewayOpts.BindFlags(fs)
 	fs.Float64Var(&renewFraction, "credentials-renew-fraction", renewFraction, "renew a peering token once this fraction of its lifetime has passed (0 < f < 1)")
 	fs.DurationVar(&heartbeatInterval, "consumer-heartbeat-interval", heartbeatInterval, "how often this cluster, as a consumer, renews its heartbeat Lease on each provider")
 	fs.DurationVar(&tenantGrace, "tenant-grace-period", tenantGrace, "how long this cluster, as a provider, keeps a tenant whose consumer stopped renewing its heartbeat before removing it and everything it offloaded")
@@ -98,6 +101,9 @@ func run() error {
 		return err
 	}
 	if err := kubeletOpts.Validate(); err != nil {
+		return err
+	}
+	if err := gatewayOpts.Validate(); err != nil {
 		return err
 	}
 	if heartbeatInterval <= 0 || tenantGrace <= 2*heartbeatInterval {
@@ -175,6 +181,14 @@ func run() error {
 		setups = append(setups, tr)
 	} else {
 		log.Info("no external CIDR in the cluster identity: pods on other providers are left out of reflected EndpointSlices", "externalCIDR", id.ExternalCIDR)
+	}
+	if gatewayOpts.Enabled() {
+		pod, err := netip.ParsePrefix(id.PodCIDR)
+		if err != nil {
+			return fmt.Errorf("a gateway needs the pod CIDR in the cluster identity: %w", err)
+		}
+		ext, _ := netip.ParsePrefix(id.ExternalCIDR) // none: no transit
+		setups = append(setups, gatewayconfig.New(mgr.GetClient(), mgr.GetAPIReader(), gatewayOpts, pod, ext, clock.RealClock{}))
 	}
 	for _, s := range setups {
 		if err := s.SetupWithManager(mgr); err != nil {

@@ -108,6 +108,13 @@ func LastAddr(p netip.Prefix) netip.Addr {
 	return addrFrom(b)
 }
 
+// GatewayAddr is the address a cluster's gateway uses in its external CIDR
+// ext (the last usable one): the source of the packets it relays for other
+// clusters. Transit addresses are never allocated there.
+func GatewayAddr(ext netip.Prefix) netip.Addr {
+	return LastAddr(ext).Prev()
+}
+
 func addrBytes(a netip.Addr) []byte {
 	if a.Is4() {
 		b := a.As4()

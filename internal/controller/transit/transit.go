@@ -50,7 +50,7 @@ type Reconciler struct {
 // New returns a Reconciler handing out addresses of externalCIDR. c reads
 // from the manager's cache and patches pods.
 func New(c client.Client, externalCIDR netip.Prefix) (*Reconciler, error) {
-	alloc, err := network.NewAllocator(externalCIDR)
+	alloc, err := network.NewAllocator(externalCIDR, netip.PrefixFrom(network.GatewayAddr(externalCIDR.Masked()), 32))
 	if err != nil {
 		return nil, fmt.Errorf("transit addresses from %s: %w", externalCIDR, err)
 	}
