@@ -97,6 +97,16 @@ func Link(ctx context.Context, s cli.IOStreams, a, b *cli.Cluster, o Options) (b
 			s.Step("%s", l)
 		}
 	}
+	ga, err := readGateway(ctx, a, aid.ClusterID)
+	if err != nil {
+		return false, err
+	}
+	gb, err := readGateway(ctx, b, bid.ClusterID)
+	if err != nil {
+		return false, err
+	}
+	ta, tb, tunnelLine := tunnels(sa, sb, ga, gb)
+	s.Step("%s", tunnelLine)
 
 	changed := false
 	note := func(ch bool, format string, args ...any) {
@@ -109,9 +119,11 @@ func Link(ctx context.Context, s cli.IOStreams, a, b *cli.Cluster, o Options) (b
 	ends := []struct {
 		c          *cli.Cluster
 		v, reverse View
-	}{{a, plan.A, plan.B}, {b, plan.B, plan.A}}
+		tunnel     *networkingv1alpha1.TunnelSpec
+	}{{a, plan.A, plan.B, ta}, {b, plan.B, plan.A, tb}}
 	for _, e := range ends {
 		nc := e.v.Object(e.reverse)
+		nc.Spec.Tunnel = e.tunnel
 		self := e.v.Self.ClusterID
 		ch, err := cli.ApplyTyped(ctx, e.c.Client, nc)
 		if err != nil {
@@ -127,9 +139,12 @@ func Link(ctx context.Context, s cli.IOStreams, a, b *cli.Cluster, o Options) (b
 		}
 		note(ch, "%s: remappings recorded in the status of NetworkConfiguration %s/%s", self, corev1alpha1.AgentNamespace, e.v.Peer.ClusterID)
 	}
-	if changed {
-		fmt.Fprintf(s.Out, "The network link between %s and %s is recorded (the address translation each side uses); a gateway that carries the packets is not part of Annex yet.\n", aid.ClusterID, bid.ClusterID)
-	} else {
+	switch {
+	case changed && ta != nil:
+		fmt.Fprintf(s.Out, "The network link between %s and %s is recorded; their gateways set up the tunnel (see `annexctl status`).\n", aid.ClusterID, bid.ClusterID)
+	case changed:
+		fmt.Fprintf(s.Out, "The network link between %s and %s is recorded (the address translation each side uses); no packets flow until both run a gateway and this command runs again.\n", aid.ClusterID, bid.ClusterID)
+	default:
 		fmt.Fprintf(s.Out, "The network link between %s and %s was already recorded; nothing changed.\n", aid.ClusterID, bid.ClusterID)
 	}
 	return changed, nil
