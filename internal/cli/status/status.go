@@ -1,6 +1,7 @@
 // Package status owns `annexctl status` (alias info): one row per peer of the
 // cluster — role, reachability and probe latency, resources granted and in
-// use, virtual node readiness and network link.
+// use, virtual node readiness and network link — and one row per network
+// link with its tunnel's state, last handshake and bytes.
 package status
 
 import (
@@ -11,11 +12,13 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -41,10 +44,23 @@ type Peer struct {
 	Network      string            `json:"network"`
 }
 
+// Link is one network link (NetworkConfiguration) and its tunnel.
+type Link struct {
+	Remote string `json:"remote"`
+	// Tunnel is the TunnelConnected condition: True, or the reason it is
+	// not (NoTunnel, GatewayDown, TunnelDown), "Unknown" before any report.
+	Tunnel        string `json:"tunnel"`
+	Endpoint      string `json:"endpoint,omitempty"`
+	LastHandshake string `json:"lastHandshake,omitempty"`
+	RxBytes       int64  `json:"rxBytes,omitempty"`
+	TxBytes       int64  `json:"txBytes,omitempty"`
+}
+
 // Report is the whole status.
 type Report struct {
 	ClusterID string `json:"clusterID"`
 	Peers     []Peer `json:"peers"`
+	Links     []Link `json:"networkLinks"`
 }
 
 // Collect reads the status of every peer of the cluster.
@@ -86,7 +102,44 @@ func Collect(ctx context.Context, c *cli.Cluster) (*Report, error) {
 		}
 		r.Peers = append(r.Peers, p)
 	}
+	if r.Links, err = links(ctx, c.Client, time.Now()); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// links lists the network links with their tunnels' state.
+func links(ctx context.Context, c client.Client, now time.Time) ([]Link, error) {
+	ncs := &networkingv1alpha1.NetworkConfigurationList{}
+	err := c.List(ctx, ncs, client.InNamespace(corev1alpha1.AgentNamespace))
+	if meta.IsNoMatchError(err) {
+		return []Link{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := []Link{}
+	for _, nc := range ncs.Items {
+		l := Link{Remote: nc.Spec.RemoteClusterID, Tunnel: "Unknown"}
+		if cond := meta.FindStatusCondition(nc.Status.Conditions, networkingv1alpha1.ConditionTunnelConnected); cond != nil {
+			l.Tunnel = string(cond.Status)
+			if cond.Status != metav1.ConditionTrue {
+				l.Tunnel = cond.Reason
+			}
+		}
+		if nc.Spec.Tunnel != nil {
+			l.Endpoint = nc.Spec.Tunnel.RemoteEndpoint
+		}
+		if t := nc.Status.Tunnel; t != nil {
+			l.RxBytes, l.TxBytes = t.RxBytes, t.TxBytes
+			if t.LastHandshake != nil {
+				l.LastHandshake = now.Sub(t.LastHandshake.Time).Round(time.Second).String() + " ago"
+			}
+		}
+		out = append(out, l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Remote < out[j].Remote })
+	return out, nil
 }
 
 // networkLink describes the NetworkConfiguration with the peer: "none", or
@@ -179,11 +232,25 @@ func Print(w io.Writer, r *Report, format string) error {
 	fmt.Fprintf(w, "Cluster %s\n", r.ClusterID)
 	if len(r.Peers) == 0 {
 		fmt.Fprintln(w, "No peers. Peer with a provider: annexctl peer --kubeconfig C --remote-kubeconfig P")
+	} else if err := printPeers(w, r.Peers); err != nil {
+		return err
+	}
+	if len(r.Links) == 0 {
 		return nil
 	}
+	fmt.Fprintln(w, "\nNetwork links")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REMOTE\tTUNNEL\tREMOTE GATEWAY\tLAST HANDSHAKE\tRECEIVED\tSENT")
+	for _, l := range r.Links {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d B\t%d B\n", l.Remote, l.Tunnel, dash(l.Endpoint), dash(l.LastHandshake), l.RxBytes, l.TxBytes)
+	}
+	return tw.Flush()
+}
+
+func printPeers(w io.Writer, peers []Peer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PEER\tROLE\tREACHABLE\tLATENCY\tGRANTED\tIN USE\tVIRTUAL NODE\tNETWORK")
-	for _, p := range r.Peers {
+	for _, p := range peers {
 		reach := p.Reachable
 		if p.Unreachable {
 			reach = "MarkedUnreachable"
