@@ -76,8 +76,7 @@ func TestDataPlane(t *testing.T) {
 	if sandboxnet.NetnsExists(sandboxnet.UnderlayNetns()) {
 		t.Fatalf("network namespace %s exists: a sandbox with --network is up on this machine; take it down (annexctl sandbox down) before the e2e tests", sandboxnet.UnderlayNetns())
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := context.Background()
 	alpha, beta, gamma := env.clusters[0], env.clusters[1], env.clusters[2]
 
 	var nets []sandboxnet.Cluster
@@ -131,10 +130,11 @@ func TestDataPlane(t *testing.T) {
 			t.Errorf("network disconnect beta gamma: %v\n%s", err, out)
 		}
 	})
+	podsCtx, cancel := context.WithCancel(ctx)
 	podsDone := make(chan struct{})
 	go func() {
 		defer close(podsDone)
-		if err := sandboxnet.RunPods(ctx, logr.Discard(), nets); err != nil {
+		if err := sandboxnet.RunPods(podsCtx, logr.Discard(), nets); err != nil {
 			t.Errorf("pod namespaces: %v", err)
 		}
 	}()
