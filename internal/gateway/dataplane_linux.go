@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"net"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -164,8 +165,13 @@ func (d *Dataplane) ensureDevice(name string, l Link) error {
 		d.devices[name] = w
 		d.log.Info("Created WireGuard device", "device", name, "peer", l.Peer)
 	}
-	if err := w.dev.IpcSet(uapiConfig(l)); err != nil {
-		return fmt.Errorf("configure %s: %w", name, err)
+	// Reconfiguring replaces the peer, and with it the session: only when
+	// the link changed (nothing else can change a device without a UAPI
+	// socket, which this one does not open).
+	if !reflect.DeepEqual(w.link, l) {
+		if err := w.dev.IpcSet(uapiConfig(l)); err != nil {
+			return fmt.Errorf("configure %s: %w", name, err)
+		}
 	}
 	if err := w.dev.Up(); err != nil {
 		return fmt.Errorf("bring %s up: %w", name, err)

@@ -26,12 +26,18 @@ type LinkStatus struct {
 	TxBytes       int64     `json:"txBytes"`
 }
 
+// resync is how often the Config is applied again although the file did
+// not change, repairing whatever else changed the namespace (a deleted
+// rule or route); Apply is idempotent, so this changes nothing otherwise.
+const resync = 30 * time.Second
+
 // Run applies the Config in configPath, again whenever the file changes
-// (checked every interval) and, on error, until it succeeds; it writes the
-// links' state to statusPath (when set) every interval. When ctx ends it
-// removes everything it programmed.
+// (checked every interval), every resync and, on error, until it succeeds;
+// it writes the links' state to statusPath (when set) every interval. When
+// ctx ends it removes everything it programmed.
 func Run(ctx context.Context, log logr.Logger, dp Applier, configPath, statusPath string, interval time.Duration) error {
 	var applied []byte
+	var appliedAt time.Time
 	var cfg Config
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -40,6 +46,12 @@ func Run(ctx context.Context, log logr.Logger, dp Applier, configPath, statusPat
 		switch {
 		case err != nil:
 			log.Error(err, "Cannot read the configuration", "path", configPath)
+		case bytes.Equal(data, applied) && time.Since(appliedAt) >= resync:
+			if err := dp.Apply(cfg); err != nil {
+				log.Error(err, "Cannot apply the configuration again; retrying", "path", configPath)
+				break
+			}
+			appliedAt = time.Now()
 		case !bytes.Equal(data, applied):
 			var next Config
 			if err := json.Unmarshal(data, &next); err != nil {
@@ -50,7 +62,7 @@ func Run(ctx context.Context, log logr.Logger, dp Applier, configPath, statusPat
 				log.Error(err, "Cannot apply the configuration; retrying", "path", configPath)
 				break
 			}
-			applied, cfg = data, next
+			applied, cfg, appliedAt = data, next, time.Now()
 			log.Info("Configuration applied", "links", len(cfg.Links))
 		}
 		if statusPath != "" {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,7 @@ import (
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
+	"github.com/annexhq/annex/internal/gateway"
 	"github.com/annexhq/annex/internal/localcluster"
 	"github.com/annexhq/annex/internal/network"
 	"github.com/annexhq/annex/internal/sandboxnet"
@@ -343,5 +345,24 @@ func TestDataPlane(t *testing.T) {
 	out, _ := annexctl(t, "status", "--kubeconfig", alpha.KubeconfigPath())
 	if !strings.Contains(out, "Network links") {
 		t.Errorf("no Network links table:\n%s", out)
+	}
+
+	// Disconnecting beta and gamma removes their link's device on both
+	// routers, and the direct path with it.
+	if out, err := annexctl(t, "network", "disconnect", "--kubeconfig", beta.KubeconfigPath(), "--remote-kubeconfig", gamma.KubeconfigPath()); err != nil {
+		t.Fatalf("network disconnect beta gamma: %v\n%s", err, out)
+	}
+	for router, dev := range map[string]string{"beta": gateway.DeviceName("gamma"), "gamma": gateway.DeviceName("beta")} {
+		eventually(t, 30*time.Second, router+"'s router without "+dev, func() error {
+			return sandboxnet.Do(sandboxnet.RouterNetns(router), func() error {
+				if _, err := netlink.LinkByName(dev); err == nil {
+					return fmt.Errorf("%s still there", dev)
+				}
+				return nil
+			})
+		})
+	}
+	if e, err := get(fromBeta, direct); err == nil {
+		t.Errorf("beta reached %s after the disconnect (answered by %s/%s)", direct, e.Cluster, e.Pod)
 	}
 }
