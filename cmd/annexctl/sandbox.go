@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2/textlogger"
 	"sigs.k8s.io/yaml"
 
 	"github.com/annexhq/annex/internal/cli"
@@ -23,14 +24,36 @@ alpha (the consumer), beta and gamma (providers). alpha's and gamma's pod CIDRs
 overlap on purpose. Each has Annex installed and an annex-agent running as a local
 process that authenticates as the agent's ServiceAccount. The Kubernetes binaries
 come from 'make tools'. Each cluster's admin kubeconfig is <dir>/<cluster>/kubeconfig
-and its logs are in <dir>/<cluster>/logs.`,
+and its logs are in <dir>/<cluster>/logs.
+
+With 'up --network' (root only) the sandbox also carries real packets between
+pods: see 'annexctl sandbox up --help' and 'annexctl sandbox curl --help'.`,
 	}
 	cmd.PersistentFlags().StringVar(&o.Dir, "dir", o.Dir, "directory holding the sandbox's state")
 
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Start the sandbox (does nothing if it is already up)",
-		Args:  cobra.NoArgs,
+		Long: `up starts the three clusters, installs Annex in each and runs their agents. If the
+sandbox is already up it changes nothing (it restarts stopped network processes of a
+sandbox started with --network).
+
+--network (needs root) adds a real-packet network made of network namespaces on
+this machine; nothing leaves it and the host's own namespace gets no address:
+  annex-sbx-ul          a bridge joining the routers (the underlay, 192.168.77.0/24)
+  annex-sbx-<cluster>   the cluster's router: ul0 with 192.168.77.1 (alpha), .2 (beta),
+                        .3 (gamma); its annex-gateway runs there (log <dir>/<cluster>/gateway.log,
+                        configuration <dir>/<cluster>/gateway/config.json, written by the agent)
+  annex-sbx-<cluster>-<uid>
+                        a pod labelled annex.dev/sandbox-netns=true on a kwok node: eth0
+                        with the pod's IP, default route via its router, an HTTP echo server
+                        on port 8080 answering with its cluster and pod name
+The pods' namespaces are kept in step by a background 'annexctl sandbox pod-network'
+(log <dir>/pod-network.log). 'annexctl sandbox curl' sends requests from a pod.`,
+		Example: `  sudo annexctl sandbox up --network
+  kubectl --kubeconfig ~/.annex/sandbox/gamma/kubeconfig label pod web-0 annex.dev/sandbox-netns=true
+  sudo annexctl sandbox curl gamma default/web-0 http://10.200.0.5:8080/`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signalContext()
 			defer cancel()
@@ -40,10 +63,12 @@ and its logs are in <dir>/<cluster>/logs.`,
 	up.Flags().StringVar(&o.AgentBinary, "agent-binary", sandbox.DefaultAgentBinary(), "annex-agent executable to run for each cluster")
 	up.Flags().StringArrayVar(&o.AgentArgs, "agent-arg", nil, "extra flag for every agent (repeatable), e.g. --agent-arg=--v=4")
 	up.Flags().DurationVar(&o.TokenTTL, "token-ttl", o.TokenTTL, "lifetime of the agents' ServiceAccount tokens")
+	up.Flags().BoolVar(&o.Network, "network", false, "also run the real-packet network: router namespaces with annex-gateway, pod namespaces with echo servers (needs root)")
+	up.Flags().StringVar(&o.GatewayBinary, "gateway-binary", sandbox.DefaultGatewayBinary(), "annex-gateway executable to run in each router namespace (with --network)")
 
 	down := &cobra.Command{
 		Use:   "down",
-		Short: "Stop every sandbox process and remove its state",
+		Short: "Stop every sandbox process and remove its state (and the network namespaces of --network)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signalContext()
@@ -64,13 +89,18 @@ and its logs are in <dir>/<cluster>/logs.`,
 			if err != nil {
 				return err
 			}
+			network := sandbox.GetNetworkStatus(o)
+			doc := map[string]any{"dir": o.Dir, "clusters": sts}
+			if network != nil {
+				doc["network"] = network
+			}
 			switch output {
 			case "json":
 				enc := json.NewEncoder(s.Out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"dir": o.Dir, "clusters": sts})
+				return enc.Encode(doc)
 			case "yaml":
-				data, err := yaml.Marshal(map[string]any{"dir": o.Dir, "clusters": sts})
+				data, err := yaml.Marshal(doc)
 				if err != nil {
 					return err
 				}
@@ -78,7 +108,11 @@ and its logs are in <dir>/<cluster>/logs.`,
 				return err
 			case "", "table":
 				tw := tabwriter.NewWriter(s.Out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "CLUSTER\tAPI SERVER\tCOMPONENTS\tAGENT\tKUBECONFIG")
+				gwHeader := ""
+				if network != nil {
+					gwHeader = "GATEWAY\t"
+				}
+				fmt.Fprintf(tw, "CLUSTER\tAPI SERVER\tCOMPONENTS\tAGENT\t%sKUBECONFIG\n", gwHeader)
 				for _, st := range sts {
 					comps := ""
 					for i, c := range st.Components {
@@ -94,9 +128,26 @@ and its logs are in <dir>/<cluster>/logs.`,
 					case st.Agent.Running:
 						agent = "not ready"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", st.Name, st.APIServer, comps, agent, st.Kubeconfig)
+					gw := ""
+					if st.Gateway != nil {
+						gw = "not running\t"
+						if st.Gateway.Running {
+							gw = fmt.Sprintf("running in %s on %s\t", st.Gateway.Netns, st.Gateway.Address)
+						}
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s%s\n", st.Name, st.APIServer, comps, agent, gw, st.Kubeconfig)
 				}
-				return tw.Flush()
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				if network != nil {
+					state := "not running"
+					if network.PodNetwork.Running {
+						state = fmt.Sprintf("running (pid %d)", network.PodNetwork.PID)
+					}
+					fmt.Fprintf(s.Out, "Network: underlay %s; pod network %s, log %s\n", network.Underlay, state, network.PodNetwork.Log)
+				}
+				return nil
 			default:
 				return fmt.Errorf("unknown output format %q (use table, json or yaml)", output)
 			}
@@ -117,7 +168,40 @@ and its logs are in <dir>/<cluster>/logs.`,
 			},
 		}
 	}
-	cmd.AddCommand(up, down, status,
+	var curlTimeout time.Duration
+	curl := &cobra.Command{
+		Use:   "curl CLUSTER NAMESPACE/POD URL",
+		Short: "GET a URL from inside a pod's network namespace (sandbox up --network)",
+		Long: `curl sends an HTTP GET from inside the network namespace of a pod of a sandbox
+started with --network, and prints the body. The pod must carry the label
+annex.dev/sandbox-netns=true and run on a kwok node of CLUSTER (an offloaded pod's
+namespace is on its provider cluster). Every such pod runs an echo server on port 8080
+that answers with JSON naming its cluster, namespace, pod, IP and the address the
+request came from. Use IP addresses in URL. Needs root.`,
+		Example:   `  sudo annexctl sandbox curl alpha default/client http://10.201.0.4:8080/`,
+		Args:      cobra.ExactArgs(3),
+		ValidArgs: []string{"alpha", "beta", "gamma"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := signalContext()
+			defer cancel()
+			return sandbox.Curl(ctx, s, o, args[0], args[1], args[2], curlTimeout)
+		},
+	}
+	curl.Flags().DurationVar(&curlTimeout, "timeout", 5*time.Second, "give up after this long")
+
+	podNetwork := &cobra.Command{
+		Use:    "pod-network",
+		Short:  "Keep the pods' network namespaces in step (run by sandbox up --network)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := signalContext()
+			defer cancel()
+			return sandbox.RunPodNetwork(ctx, textlogger.NewLogger(textlogger.NewConfig()), o)
+		},
+	}
+
+	cmd.AddCommand(up, down, status, curl, podNetwork,
 		action("kill", "Kill a cluster's API server with SIGKILL (a dead peer)"),
 		action("pause", "Stop a cluster's API server with SIGSTOP (a hung peer)"),
 		action("resume", "Restart a killed API server or continue a paused one"),

@@ -3,6 +3,12 @@
 // annex-agent running as a local process that authenticates as the agent's
 // ServiceAccount. State lives in one directory so that later commands (status,
 // kill, pause, resume, down) can act on the processes that `up` started.
+//
+// With --network (root only) the sandbox also gets a real-packet network
+// (internal/sandboxnet): a router network namespace per cluster running
+// annex-gateway, and a background `annexctl sandbox pod-network` process that
+// gives pods labelled annex.dev/sandbox-netns=true namespaces of their own
+// with an echo server (`annexctl sandbox curl`).
 package sandbox
 
 import (
@@ -20,6 +26,7 @@ import (
 	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/cli/install"
 	"github.com/annexhq/annex/internal/localcluster"
+	"github.com/annexhq/annex/internal/sandboxnet"
 )
 
 // Spec describes one sandbox cluster.
@@ -46,6 +53,10 @@ type Options struct {
 	AgentArgs   []string
 	TokenTTL    time.Duration
 	Timeout     time.Duration
+	// Network asks for the real-packet network (needs root).
+	Network bool
+	// GatewayBinary is the annex-gateway executable (with Network).
+	GatewayBinary string
 }
 
 // DefaultDir is $HOME/.annex/sandbox.
@@ -71,8 +82,15 @@ func DefaultAgentBinary() string {
 // ClusterDir is where cluster name keeps its state.
 func (o Options) ClusterDir(name string) string { return filepath.Join(o.Dir, name) }
 
-// Up starts the sandbox. If it is already up it says so and changes nothing.
+// Up starts the sandbox. If it is already up it says so and changes nothing,
+// except that a sandbox started with --network gets its stopped gateways and
+// pod-network process restarted.
 func Up(ctx context.Context, s cli.IOStreams, o Options) error {
+	if o.Network {
+		if err := checkNetwork(o); err != nil {
+			return err
+		}
+	}
 	if sts, err := Status(ctx, o); err == nil {
 		var bad []string
 		for _, st := range sts {
@@ -81,7 +99,17 @@ func Up(ctx context.Context, s cli.IOStreams, o Options) error {
 			}
 		}
 		if len(bad) == 0 {
-			fmt.Fprintf(s.Out, "The sandbox in %s is already up; nothing changed.\n", o.Dir)
+			network := NetworkEnabled(o)
+			if o.Network && !network {
+				return fmt.Errorf("the sandbox in %s is up without --network; to add it, `annexctl sandbox down` and `annexctl sandbox up --network`", o.Dir)
+			}
+			if network {
+				// Keep the network: restart what of it stopped.
+				if err := ensureNetwork(ctx, s, o); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(s.Out, "The sandbox in %s is already up%s.\n", o.Dir, map[bool]string{true: " (with --network)", false: "; nothing changed"}[network])
 			printKubeconfigs(s.Out, sts)
 			return nil
 		}
@@ -93,6 +121,17 @@ func Up(ctx context.Context, s cli.IOStreams, o Options) error {
 		return err
 	}
 	start := time.Now()
+	if o.Network {
+		// Recorded first, so that a failed start's Down removes the namespaces.
+		if err := writeJSON(filepath.Join(o.Dir, networkFile), networkState{Enabled: true}); err != nil {
+			return err
+		}
+		if err := sandboxnet.Setup(ctx, sandboxClusters(o)); err != nil {
+			_ = Down(context.Background(), cli.IOStreams{Out: io.Discard, ErrOut: s.ErrOut}, o)
+			return err
+		}
+		s.Step("network namespaces ready (routers %s, underlay %s)", strings.Join(routerNames(), ", "), sandboxnet.UnderlayNetns())
+	}
 	fmt.Fprintf(s.Out, "Starting %d clusters in %s (about 15 s once the Kubernetes binaries are built)...\n", len(Clusters), o.Dir)
 	out := &lockedWriter{w: s.Out}
 	var wg sync.WaitGroup
@@ -105,7 +144,11 @@ func Up(ctx context.Context, s cli.IOStreams, o Options) error {
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := errors.Join(errs...)
+	if err == nil && o.Network {
+		err = ensureNetwork(ctx, s, o)
+	}
+	if err != nil {
 		fmt.Fprintln(s.ErrOut, "Sandbox start failed; stopping what was started.")
 		_ = Down(context.Background(), cli.IOStreams{Out: io.Discard, ErrOut: s.ErrOut}, o)
 		return err
@@ -144,7 +187,14 @@ func upOne(ctx context.Context, progress io.Writer, s cli.IOStreams, o Options, 
 		return fmt.Errorf("%s: install: %w", spec.Name, err)
 	}
 	s.Step("Annex installed")
-	if _, err := StartAgent(ctx, c, AgentOptions{Binary: o.AgentBinary, TokenTTL: o.TokenTTL, Args: o.AgentArgs, Detach: true}); err != nil {
+	args := o.AgentArgs
+	if o.Network {
+		if err := writeGatewayConfig(o, spec.Name); err != nil {
+			return fmt.Errorf("%s: %w", spec.Name, err)
+		}
+		args = append(gatewayAgentArgs(o, spec.Name), args...)
+	}
+	if _, err := StartAgent(ctx, c, AgentOptions{Binary: o.AgentBinary, TokenTTL: o.TokenTTL, Args: args, Detach: true}); err != nil {
 		return fmt.Errorf("%s: %w", spec.Name, err)
 	}
 	s.Step("annex-agent ready (as ServiceAccount annex-system/%s)", AgentServiceAccount)
@@ -157,7 +207,13 @@ func Down(ctx context.Context, s cli.IOStreams, o Options) error {
 		fmt.Fprintf(s.Out, "No sandbox in %s; nothing to do.\n", o.Dir)
 		return nil
 	}
-	var errs []error
+	network := NetworkEnabled(o)
+	if network && os.Geteuid() != 0 {
+		return fmt.Errorf("the sandbox in %s runs with --network: removing its network namespaces needs root", o.Dir)
+	}
+	// The pod network and the gateways first: they watch the clusters and
+	// hold the namespaces.
+	errs := stopNetwork(s, o)
 	for _, spec := range Clusters {
 		dir := o.ClusterDir(spec.Name)
 		if a, err := LoadAgent(dir); err == nil {
@@ -176,6 +232,12 @@ func Down(ctx context.Context, s cli.IOStreams, o Options) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("some processes could not be stopped; state kept in %s: %w", o.Dir, err)
 	}
+	if network {
+		if err := sandboxnet.Teardown(); err != nil {
+			return fmt.Errorf("remove the network namespaces (state kept in %s): %w", o.Dir, err)
+		}
+		s.Step("network namespaces removed")
+	}
 	if err := os.RemoveAll(o.Dir); err != nil {
 		return err
 	}
@@ -190,6 +252,8 @@ type ClusterStatus struct {
 	APIServer  string                         `json:"apiServer"`
 	Components []localcluster.ComponentStatus `json:"components"`
 	Agent      AgentStatus                    `json:"agent"`
+	// Gateway is set when the sandbox runs with --network.
+	Gateway *GatewayStatus `json:"gateway,omitempty"`
 }
 
 // AgentStatus is the health of a sandbox agent.
@@ -227,6 +291,7 @@ func Status(ctx context.Context, o Options) ([]ClusterStatus, error) {
 			st.Agent = AgentStatus{PID: a.PID, Running: a.Running(), Log: a.Log}
 			st.Agent.Ready = st.Agent.Running && a.Ready(ctx)
 		}
+		st.Gateway = gatewayStatus(o, spec.Name)
 		out = append(out, st)
 	}
 	if len(out) == 0 {
