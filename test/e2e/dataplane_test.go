@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
@@ -157,57 +156,7 @@ func TestDataPlane(t *testing.T) {
 			t.Errorf("unoffload: %v\n%s", err, out)
 		}
 	})
-	labels := map[string]string{"app": "wire", sandboxnet.LabelSandboxNetns: "true"}
-	mkpod := func(name string, on func(*corev1.PodSpec)) *corev1.Pod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: "annex/echo"}}}}
-		on(&p.Spec)
-		if err := ca.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	local := mkpod("wire-local", func(s *corev1.PodSpec) {
-		s.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
-				{Key: "type", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"virtual-node"}}}}}}}}
-	})
-	onBeta := mkpod("wire-beta", func(s *corev1.PodSpec) { s.NodeSelector = map[string]string{corev1alpha1.LabelRemoteClusterID: "beta"} })
-	onGamma := mkpod("wire-gamma", func(s *corev1.PodSpec) {
-		s.NodeSelector = map[string]string{corev1alpha1.LabelRemoteClusterID: "gamma"}
-	})
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wire"}, Spec: corev1.ServiceSpec{
-		Selector: map[string]string{"app": "wire"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt(sandboxnet.EchoPort)}}}}
-	if err := ca.Create(ctx, svc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = ca.Delete(ctx, svc)
-		_ = ca.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.MatchingLabels{"app": "wire"})
-		eventually(t, 60*time.Second, "wire pods gone", func() error {
-			pods := &corev1.PodList{}
-			if err := ca.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{"app": "wire"}); err != nil {
-				return err
-			}
-			if len(pods.Items) > 0 {
-				return fmt.Errorf("%d left", len(pods.Items))
-			}
-			return nil
-		})
-	})
-	eventually(t, 90*time.Second, "wire pods Running with IPs and transit addresses", func() error {
-		return podsReady(ctx, ca, ns, "app=wire", 3, func(p *corev1.Pod) error {
-			if p.Name != local.Name && p.Annotations[corev1alpha1.AnnotationTransitAddress] == "" {
-				return fmt.Errorf("pod %s has no transit address", p.Name)
-			}
-			return nil
-		})
-	})
-	for _, p := range []*corev1.Pod{local, onBeta, onGamma} {
-		if err := ca.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	local, onBeta, onGamma, svc := podsOnEachCluster(t, ca, ns, "wire", map[string]string{"app": "wire", sandboxnet.LabelSandboxNetns: "true"})
 	realPod := func(c client.Client, name string) *corev1.Pod {
 		t.Helper()
 		p := &corev1.Pod{}

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -181,57 +182,7 @@ func checkNetwork(t *testing.T, ns string, alpha *testAgent, ca, cb, cg client.C
 	}
 
 	// One alpha-local pod, one on beta, one on gamma, behind Service "mix".
-	labels := map[string]string{"mix": "yes"}
-	mkpod := func(name string, on func(*corev1.PodSpec)) *corev1.Pod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}}
-		on(&p.Spec)
-		if err := ca.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	local := mkpod("mix-local", func(s *corev1.PodSpec) {
-		s.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
-				{Key: "type", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"virtual-node"}}}}}}}}
-	})
-	onBeta := mkpod("mix-beta", func(s *corev1.PodSpec) { s.NodeSelector = map[string]string{corev1alpha1.LabelRemoteClusterID: "beta"} })
-	onGamma := mkpod("mix-gamma", func(s *corev1.PodSpec) {
-		s.NodeSelector = map[string]string{corev1alpha1.LabelRemoteClusterID: "gamma"}
-	})
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mix"}, Spec: corev1.ServiceSpec{
-		Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt(8080)}}}}
-	if err := ca.Create(ctx, svc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = ca.Delete(ctx, svc)
-		_ = ca.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.MatchingLabels(labels))
-		eventually(t, 60*time.Second, "mix pods gone", func() error {
-			pods := &corev1.PodList{}
-			if err := ca.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
-				return err
-			}
-			if len(pods.Items) > 0 {
-				return fmt.Errorf("%d left", len(pods.Items))
-			}
-			return nil
-		})
-	})
-	eventually(t, 60*time.Second, "mix pods Running with IPs and transit addresses", func() error {
-		return podsReady(ctx, ca, ns, "mix=yes", 3, func(p *corev1.Pod) error {
-			if p.Name != local.Name && p.Annotations[corev1alpha1.AnnotationTransitAddress] == "" {
-				return fmt.Errorf("pod %s has no transit address", p.Name)
-			}
-			return nil
-		})
-	})
-	for _, p := range []*corev1.Pod{local, onBeta, onGamma} {
-		if err := ca.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	local, onBeta, onGamma, svc := podsOnEachCluster(t, ca, ns, "mix", map[string]string{"mix": "yes"})
 
 	t.Run("offloaded pod IP is in alpha's view of gamma", func(t *testing.T) {
 		real := &corev1.Pod{}
@@ -285,9 +236,12 @@ func checkNetwork(t *testing.T, ns string, alpha *testAgent, ca, cb, cg client.C
 		alpha.start(t)
 		// A new pod gets an address of its own once the new agent leads:
 		// by then it has rebuilt its state.
-		mkpod("mix-late", func(s *corev1.PodSpec) {
-			s.NodeSelector = map[string]string{corev1alpha1.LabelRemoteClusterID: "gamma"}
-		})
+		late := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mix-late", Labels: local.Labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}},
+				NodeSelector: map[string]string{corev1alpha1.LabelRemoteClusterID: "gamma"}}}
+		if err := ca.Create(ctx, late); err != nil {
+			t.Fatal(err)
+		}
 		eventually(t, 60*time.Second, "a transit address for a pod created after the restart", func() error {
 			late := &corev1.Pod{}
 			if err := ca.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mix-late"}, late); err != nil {
@@ -343,4 +297,65 @@ func checkNetwork(t *testing.T, ns string, alpha *testAgent, ca, cb, cg client.C
 		}
 		return err
 	})
+}
+
+// podsOnEachCluster creates, in namespace ns of alpha (offloaded), the pods
+// <name>-local (on an alpha node), <name>-beta and <name>-gamma with labels,
+// and Service <name> over them (port 80 to 8080); it waits until they run with
+// IPs and transit addresses and returns them as alpha sees them. Everything
+// is deleted when the test ends.
+func podsOnEachCluster(t *testing.T, ca client.Client, ns, name string, labels map[string]string) (local, onBeta, onGamma *corev1.Pod, svc *corev1.Service) {
+	t.Helper()
+	ctx := context.Background()
+	mkpod := func(suffix string, on func(*corev1.PodSpec)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-" + suffix, Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}}
+		on(&p.Spec)
+		if err := ca.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	local = mkpod("local", func(s *corev1.PodSpec) {
+		s.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+				{Key: "type", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"virtual-node"}}}}}}}}
+	})
+	onBeta = mkpod("beta", func(s *corev1.PodSpec) { s.NodeSelector = map[string]string{corev1alpha1.LabelRemoteClusterID: "beta"} })
+	onGamma = mkpod("gamma", func(s *corev1.PodSpec) {
+		s.NodeSelector = map[string]string{corev1alpha1.LabelRemoteClusterID: "gamma"}
+	})
+	svc = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.ServiceSpec{
+		Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt(8080)}}}}
+	if err := ca.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = ca.Delete(ctx, svc)
+		_ = ca.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.MatchingLabels(labels))
+		eventually(t, 60*time.Second, name+" pods gone", func() error {
+			pods := &corev1.PodList{}
+			if err := ca.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
+				return err
+			}
+			if len(pods.Items) > 0 {
+				return fmt.Errorf("%d left", len(pods.Items))
+			}
+			return nil
+		})
+	})
+	eventually(t, 90*time.Second, name+" pods Running with IPs and transit addresses", func() error {
+		return podsReady(ctx, ca, ns, k8slabels.SelectorFromSet(labels).String(), 3, func(p *corev1.Pod) error {
+			if p.Name != local.Name && p.Annotations[corev1alpha1.AnnotationTransitAddress] == "" {
+				return fmt.Errorf("pod %s has no transit address", p.Name)
+			}
+			return nil
+		})
+	})
+	for _, p := range []*corev1.Pod{local, onBeta, onGamma} {
+		if err := ca.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return local, onBeta, onGamma, svc
 }

@@ -101,7 +101,7 @@ func checkOutage(t *testing.T, ns, app string, want int, beta *localcluster.Clus
 	t.Run("a consumer agent restarted during the outage keeps the state", func(t *testing.T) {
 		alpha.kill(t)
 		alpha.start(t)
-		// The dead agent's leader lease lapses within 15 s; the new one then
+		// The dead agent's leader lease lapses within 35 s; the new one then
 		// starts its virtual nodes. Nothing may turn Ready meanwhile.
 		deadline := time.Now().Add(25 * time.Second)
 		for time.Now().Before(deadline) {
