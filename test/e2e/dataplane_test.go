@@ -74,6 +74,9 @@ func TestDataPlane(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, WireGuard TUN devices, nftables)")
 	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skip("needs /dev/net/tun (userspace WireGuard)")
+	}
 	if sandboxnet.NetnsExists(sandboxnet.UnderlayNetns()) {
 		t.Fatalf("network namespace %s exists: a sandbox with --network is up on this machine; take it down (annexctl sandbox down) before the e2e tests", sandboxnet.UnderlayNetns())
 	}
