@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -153,6 +155,9 @@ func NewManager(cfg *rest.Config, o Options, byObject ...map[client.Object]cache
 		LeaderElectionID:                    o.LeaderElectionID,
 		LeaderElectionNamespace:             o.Namespace,
 		LeaderElectionReleaseOnCancel:       true,
+		LeaseDuration:                       ptr.To(LeaderLeaseDuration),
+		RenewDeadline:                       ptr.To(LeaderRenewDeadline),
+		RetryPeriod:                         ptr.To(LeaderRetryPeriod),
 		Metrics:                             metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:              o.HealthProbeAddress,
 		PprofBindAddress:                    o.PprofBindAddress,
@@ -174,6 +179,30 @@ func NewManager(cfg *rest.Config, o Options, byObject ...map[client.Object]cache
 	}
 	return mgr, nil
 }
+
+// Leader election timing. The leader renews its Lease every
+// LeaderRetryPeriod: that write is the agent's only one while nothing
+// happens, so it is 5 s rather than controller-runtime's 2 s (0.2 writes/s
+// instead of 0.5). The other two keep controller-runtime's proportions
+// (a renew deadline of four retry periods, and 5 s more before another
+// replica may take a Lease that was not renewed). What that costs:
+//
+//   - an agent that crashed or was SIGKILLed (no release) is replaced
+//     after up to LeaderLeaseDuration + LeaderRetryPeriod, 35 s instead
+//     of 17 s, by another replica or by its own restart (a new process has
+//     a new identity and waits the Lease out; a re-exec after a lost
+//     leadership keeps its identity and takes the Lease back at once).
+//     Meanwhile nothing is reconciled and peers are not probed. A graceful
+//     stop releases the Lease at once, as before;
+//   - an agent that cannot reach its own API server gives up leadership
+//     (and restarts, see cmd/annex-agent) after LeaderRenewDeadline, 20 s
+//     instead of 10 s: a shorter outage of its API server no longer
+//     restarts it.
+const (
+	LeaderLeaseDuration = 30 * time.Second
+	LeaderRenewDeadline = 20 * time.Second
+	LeaderRetryPeriod   = 5 * time.Second
+)
 
 // leaderIdentityEnv carries the agent's leader-election identity across the
 // re-exec that follows a lost leadership (see cmd/annex-agent).
@@ -197,7 +226,7 @@ func leaderLock(cfg *rest.Config, o Options) (resourcelock.Interface, error) {
 		}
 	}
 	cfg = rest.CopyConfig(cfg)
-	cfg.Timeout = 5 * time.Second // half the renew deadline: one hung call cannot cost the lease
+	cfg.Timeout = LeaderRetryPeriod // a quarter of the renew deadline: one hung call cannot cost the lease
 	cs, err := kubernetes.NewForConfig(rest.AddUserAgent(cfg, "leader-election"))
 	if err != nil {
 		return nil, err
@@ -207,17 +236,61 @@ func leaderLock(cfg *rest.Config, o Options) (resourcelock.Interface, error) {
 }
 
 // cacheByObject keeps only Annex's own Leases (heartbeats, not every node's)
-// and adds the restrictions controllers ask for.
+// and adds the restrictions controllers ask for. Pods are cached trimmed
+// (TrimPod), whatever restriction a controller adds.
 func cacheByObject(extra ...map[client.Object]cache.ByObject) map[client.Object]cache.ByObject {
 	out := map[client.Object]cache.ByObject{
 		&coordinationv1.Lease{}: {Label: labels.SelectorFromSet(labels.Set{corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex})},
 	}
+	var pod *cache.ByObject
 	for _, m := range extra {
 		for k, v := range m {
+			if _, ok := k.(*corev1.Pod); ok {
+				pod = &v
+				continue
+			}
 			out[k] = v
 		}
 	}
+	if pod == nil {
+		pod = &cache.ByObject{}
+	}
+	if pod.Transform == nil {
+		pod.Transform = TrimPod
+	}
+	out[&corev1.Pod{}] = *pod
 	return out
+}
+
+// TrimPod is the transform of the pods in the agent's cache. The cache holds
+// every pod of the cluster (the consumer's offloaded pods, the provider's
+// ShadowPod pods, anyone else's), and its readers only look at a pod's
+// metadata (labels, annotations such as the transit address, owner
+// references, deletion), spec.nodeName and status:
+//
+//   - transit: the node, the phase, the transit address annotation;
+//   - shadowpod: owner references, labels and annotations, deletion, the
+//     whole status (mirrored into the ShadowPod);
+//   - shadowendpointslice: the phase and the pod IPs;
+//   - reflection (through netview) and gatewayconfig: the node, the phase,
+//     the pod IP, deletion and the transit address.
+//
+// So the cache keeps a pod's metadata without managedFields and its status,
+// and of its spec only nodeName: with 1000 offloaded pods the rest of the
+// spec (containers, volumes, tolerations) was the largest part of the
+// consumer agent's heap. A reader that needs more of a pod's spec must read
+// it from the API server (the manager's API reader) or widen this
+// transform. Writes stay correct: pods from the cache are only patched with
+// merge patches computed from a copy (client.MergeFrom), which carry the
+// changed fields only.
+func TrimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil // a DeletedFinalStateUnknown
+	}
+	pod.ManagedFields = nil
+	pod.Spec = corev1.PodSpec{NodeName: pod.Spec.NodeName}
+	return pod, nil
 }
 
 // identityCheck reads the identity ConfigMap with a short timeout.

@@ -4,6 +4,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 )
 
 // A --kubeconfig gets the same client settings as the in-cluster
@@ -34,5 +43,55 @@ current-context: c
 	}
 	if cfg.QPS != -1 || cfg.RateLimiter != nil {
 		t.Errorf("QPS = %v, RateLimiter = %v; want -1 and none (client-side rate limiting off)", cfg.QPS, cfg.RateLimiter)
+	}
+}
+
+// The cache keeps of a pod what the agent's controllers read: metadata
+// without managedFields, spec.nodeName and the status.
+func TestTrimPod(t *testing.T) {
+	now := metav1.Now()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "demo", Name: "web", UID: "u1", ResourceVersion: "7", DeletionTimestamp: &now,
+			Labels:          map[string]string{"app": "web"},
+			Annotations:     map[string]string{corev1alpha1.AnnotationTransitAddress: "10.99.0.1"},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "ShadowPod", Name: "web", UID: "s1"}},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
+		},
+		Spec: corev1.PodSpec{NodeName: "annex-beta", Containers: []corev1.Container{{Name: "app", Image: "nginx"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	want := pod.DeepCopy()
+	want.ManagedFields = nil
+	want.Spec = corev1.PodSpec{NodeName: "annex-beta"}
+	got, err := TrimPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("TrimPod (-want +got):\n%s", diff)
+	}
+	if got, _ := TrimPod("not a pod"); got != "not a pod" {
+		t.Errorf("TrimPod changed a non-pod: %v", got)
+	}
+}
+
+// A controller's restriction of the pod cache keeps the trimming.
+func TestCacheByObjectTrimsPods(t *testing.T) {
+	sel := labels.SelectorFromSet(labels.Set{"a": "b"})
+	for _, extra := range [][]map[client.Object]cache.ByObject{nil, {{&corev1.Pod{}: {Label: sel}}}} {
+		var pod *cache.ByObject
+		for k, v := range cacheByObject(extra...) {
+			if _, ok := k.(*corev1.Pod); ok {
+				pod = &v
+			}
+		}
+		switch {
+		case pod == nil || pod.Transform == nil:
+			t.Errorf("extra %v: pods not trimmed: %+v", extra, pod)
+		case extra != nil && (pod.Label == nil || pod.Label.String() != sel.String()):
+			t.Errorf("extra %v: the label selector was lost: %+v", extra, pod)
+		}
 	}
 }

@@ -10,13 +10,15 @@
 //     Probes never overlap. A peer becomes unreachable after
 //     Options.FailureThreshold consecutive failures and reachable again after
 //     Options.SuccessThreshold consecutive successes, so one lost probe
-//     changes nothing and a flapping link does not flap the state;
+//     changes nothing and a flapping link does not flap the state. A probe
+//     that times out while the peer answers the calls of its clients does
+//     not count: the peer is overloaded, not hung;
 //   - the APIServerReachable and Authenticated conditions, lastProbeTime and
 //     probeLatency of the peer's ForeignCluster in the local cluster. They are
 //     written with a merge patch on the status subresource only when a
-//     condition changes, and lastProbeTime/probeLatency are refreshed at most
-//     once per Options.StatusRefresh, so a healthy steady state costs almost
-//     no API writes.
+//     condition changes (lastProbeTime/probeLatency with it, and also once
+//     per Options.StatusRefresh when that is set), so a healthy steady
+//     state costs no API writes.
 //
 // Controllers should not retry on connection errors. They ask Client for a
 // peer's client, get ErrPeerUnreachable (or ErrPermanentlyUnreachable, or

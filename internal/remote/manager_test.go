@@ -222,6 +222,38 @@ func TestDeadAndHungThenBack(t *testing.T) {
 	}
 }
 
+// A peer whose /readyz times out while it answers the calls of its clients
+// is overloaded, not hung: it stays reachable. Once the calls go
+// unanswered too, the timeouts count again.
+func TestOverloadedIsNotHung(t *testing.T) {
+	s := newAPIServer(t)
+	e := newEnv(t, testOptions(), foreignCluster("beta"))
+	e.start(t)
+	mustSet(t, e.m, s.config("tok"))
+	e.waitCond(t, "beta", corev1alpha1.ConditionAPIServerReachable, metav1.ConditionTrue, corev1alpha1.ReasonProbeSucceeded)
+	cs, err := e.m.Clientset("beta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	calls := make(chan struct{})
+	go func() { // a busy client: an answer (404) every 20ms
+		defer close(calls)
+		for ctx.Err() == nil {
+			_, _ = cs.CoreV1().ConfigMaps("x").Get(ctx, "y", metav1.GetOptions{})
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	s.set(modeHang)
+	probesPass(t, s, 8) // more than FailureThreshold timeouts
+	if !e.m.Reachable("beta") {
+		t.Error("unreachable while it answered calls")
+	}
+	stop()
+	<-calls
+	e.waitCond(t, "beta", corev1alpha1.ConditionAPIServerReachable, metav1.ConditionFalse, corev1alpha1.ReasonProbeTimeout)
+}
+
 func TestHysteresis(t *testing.T) {
 	fail := func(n int64) bool { return false }
 	tests := []struct {
@@ -471,6 +503,23 @@ func TestStatusWrites(t *testing.T) {
 		}
 		if last := e.fc(t, "beta").Status.LastProbeTime; !first.Before(last) && !first.Equal(last) {
 			t.Errorf("lastProbeTime went from %v to %v", first, last)
+		}
+	})
+	t.Run("no refresh of lastProbeTime by default", func(t *testing.T) {
+		t.Parallel()
+		o := testOptions()
+		o.StatusRefresh = 0
+		s := newAPIServer(t)
+		e := newEnv(t, o, foreignCluster("beta"))
+		e.start(t)
+		mustSet(t, e.m, s.config("tok"))
+		e.waitCond(t, "beta", corev1alpha1.ConditionAPIServerReachable, metav1.ConditionTrue, corev1alpha1.ReasonProbeSucceeded)
+		probesPass(t, s, 30)
+		if got := e.patches.Load(); got != 1 {
+			t.Errorf("%d status patches for one transition and 30 probes, want 1", got)
+		}
+		if fc := e.fc(t, "beta"); fc.Status.LastProbeTime == nil || fc.Status.ProbeLatency == nil {
+			t.Errorf("lastProbeTime %v, probeLatency %v: want both written with the condition", fc.Status.LastProbeTime, fc.Status.ProbeLatency)
 		}
 	})
 	t.Run("restart finds the status already written", func(t *testing.T) {

@@ -18,7 +18,10 @@ type Options struct {
 	// CallTimeout bounds every request made with a peer's client.
 	CallTimeout time.Duration
 	// StatusRefresh is how often lastProbeTime and probeLatency are written
-	// while no condition changes.
+	// while no condition changes; 0 (the default): never, they are written
+	// with every condition change only. A refresh tells nothing a
+	// controller acts on (the conditions do), and was the last periodic
+	// write of a ForeignCluster at steady state.
 	StatusRefresh time.Duration
 	// FailureThreshold is the number of consecutive failed probes after which
 	// a peer is unreachable.
@@ -37,7 +40,6 @@ func DefaultOptions() Options {
 		ProbeInterval:    500 * time.Millisecond,
 		ProbeTimeout:     time.Second,
 		CallTimeout:      10 * time.Second,
-		StatusRefresh:    time.Minute,
 		FailureThreshold: 3,
 		SuccessThreshold: 2,
 	}
@@ -56,7 +58,7 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.CallTimeout, "peer-call-timeout", o.CallTimeout,
 		"timeout of every request made to a peer's API server")
 	fs.DurationVar(&o.StatusRefresh, "peer-status-refresh", o.StatusRefresh,
-		"how often a ForeignCluster's lastProbeTime and probeLatency are written while nothing else changes")
+		"how often a ForeignCluster's lastProbeTime and probeLatency are written while nothing else changes (0: only when a condition changes)")
 }
 
 // Validate reports the first invalid option.
@@ -69,11 +71,13 @@ func (o *Options) Validate() error {
 		{"--peer-probe-interval", o.ProbeInterval},
 		{"--peer-probe-timeout", o.ProbeTimeout},
 		{"--peer-call-timeout", o.CallTimeout},
-		{"--peer-status-refresh", o.StatusRefresh},
 	} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", d.flag, d.v))
 		}
+	}
+	if o.StatusRefresh < 0 {
+		errs = append(errs, fmt.Errorf("--peer-status-refresh must not be negative, got %s", o.StatusRefresh))
 	}
 	if o.FailureThreshold < 1 {
 		errs = append(errs, fmt.Errorf("--peer-failure-threshold must be at least 1, got %d", o.FailureThreshold))
@@ -104,9 +108,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CallTimeout == 0 {
 		o.CallTimeout = d.CallTimeout
-	}
-	if o.StatusRefresh == 0 {
-		o.StatusRefresh = d.StatusRefresh
 	}
 	if o.FailureThreshold == 0 {
 		o.FailureThreshold = d.FailureThreshold

@@ -14,7 +14,6 @@ func TestDefaultOptions(t *testing.T) {
 		ProbeInterval:    500 * time.Millisecond,
 		ProbeTimeout:     time.Second,
 		CallTimeout:      10 * time.Second,
-		StatusRefresh:    time.Minute,
 		FailureThreshold: 3,
 		SuccessThreshold: 2,
 	}
@@ -77,7 +76,8 @@ func TestValidate(t *testing.T) {
 		{name: "zero interval", mutate: func(o *Options) { o.ProbeInterval = 0 }, wantErr: true},
 		{name: "negative timeout", mutate: func(o *Options) { o.ProbeTimeout = -time.Second }, wantErr: true},
 		{name: "zero call timeout", mutate: func(o *Options) { o.CallTimeout = 0 }, wantErr: true},
-		{name: "zero refresh", mutate: func(o *Options) { o.StatusRefresh = 0 }, wantErr: true},
+		{name: "zero refresh (off)", mutate: func(o *Options) { o.StatusRefresh = 0 }},
+		{name: "negative refresh", mutate: func(o *Options) { o.StatusRefresh = -time.Second }, wantErr: true},
 		{name: "zero failure threshold", mutate: func(o *Options) { o.FailureThreshold = 0 }, wantErr: true},
 		{name: "zero success threshold", mutate: func(o *Options) { o.SuccessThreshold = 0 }, wantErr: true},
 	}

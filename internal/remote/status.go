@@ -40,12 +40,13 @@ func (m *Manager) desiredConditionsLocked(p *peer) []metav1.Condition {
 
 // statusStaleLocked reports whether p's ForeignCluster status needs a write:
 // a condition differs from what was last written, or lastProbeTime is older
-// than Options.StatusRefresh (only once there is a verdict).
+// than Options.StatusRefresh (only once there is a verdict, and only when
+// refreshes are on).
 func (m *Manager) statusStaleLocked(p *peer) bool {
 	if !slices.EqualFunc(m.desiredConditionsLocked(p), p.written, sameCondition) {
 		return true
 	}
-	return p.tracker.state != unknown && !p.permanent && !p.lastProbe.IsZero() &&
+	return m.opts.StatusRefresh > 0 && p.tracker.state != unknown && !p.permanent && !p.lastProbe.IsZero() &&
 		p.lastProbe.Sub(p.writtenProbeTime) >= m.opts.StatusRefresh
 }
 
@@ -83,7 +84,7 @@ func (m *Manager) processStatus(ctx context.Context, queue workqueue.TypedRateLi
 
 // writeStatus makes the ForeignCluster of clusterID show the peer's
 // conditions, and refreshes lastProbeTime and probeLatency when a condition
-// changed or StatusRefresh has passed. It does not write at all when the
+// changed or (when refreshes are on) StatusRefresh has passed. It does not write at all when the
 // object already says so, for example after an agent restart.
 func (m *Manager) writeStatus(ctx context.Context, clusterID string) error {
 	m.mu.Lock()
@@ -136,7 +137,7 @@ func (m *Manager) writeStatus(ctx context.Context, clusterID string) error {
 	if probeTime.IsZero() && fc.Status.LastProbeTime != nil {
 		probeTime = fc.Status.LastProbeTime.Time // written before a restart
 	}
-	refresh := !snap.lastProbe.IsZero() && snap.lastProbe.Sub(probeTime) >= m.opts.StatusRefresh
+	refresh := m.opts.StatusRefresh > 0 && !snap.lastProbe.IsZero() && snap.lastProbe.Sub(probeTime) >= m.opts.StatusRefresh
 	if changed || refresh {
 		if !snap.lastProbe.IsZero() {
 			fc.Status.LastProbeTime = &metav1.Time{Time: snap.lastProbe}

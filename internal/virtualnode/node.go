@@ -107,7 +107,8 @@ func (n *virtualNode) start(parent context.Context) error {
 		return fmt.Errorf("read Node %s: %w", n.name, err)
 	}
 
-	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, nodeutil.PodInformerFilter(n.name))
+	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, nodeutil.PodInformerFilter(n.name),
+		informers.WithTransform(stripManagedFields))
 	podInformer := factory.Core().V1().Pods()
 	inf := podInformer.Informer()
 	n.reflector = podreflector.New(podreflector.Config{
@@ -515,6 +516,17 @@ func (n *virtualNode) syncTaints(ctx context.Context) error {
 		_, err = nodes.Update(ctx, node, metav1.UpdateOptions{FieldManager: podreflector.FieldManager})
 		return err
 	})
+}
+
+// stripManagedFields is the transform of the node's pod informer: nothing
+// reads a pod's managedFields, which are a good part of a pod's size. Pods
+// from this cache are written back with UpdateStatus; managedFields left
+// out of a write are kept by the API server.
+func stripManagedFields(obj any) (any, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		o.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // signal sets a level-triggered flag channel of capacity 1.

@@ -2,6 +2,7 @@ package shadowpod
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -397,5 +399,119 @@ func TestQuotaCountsPodsNotYetInCache(t *testing.T) {
 	}
 	if r.remembered(client.ObjectKeyFromObject(first), first.UID) {
 		t.Errorf("first ShadowPod still counted after its deletion")
+	}
+}
+
+// While a pod's creation is in flight its ShadowPod counts against the
+// quota; a ShadowPod that does not fit then is retried, not refused, since
+// the creation may fail and free its room.
+func TestQuotaReservationInFlight(t *testing.T) {
+	ctx := context.Background()
+	first, second := shadowPod(t, ns, "first", "cpu=3"), shadowPod(t, ns, "second", "cpu=2")
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).
+		WithObjects(remoteNS(ns, "alpha"), slice(t, "peering", "alpha", corev1alpha1.ResourceSliceAccepted, "cpu=4,memory=8Gi,pods=10"), first, second).
+		Build()
+	r := New(c, events.NewFakeRecorder(10), Options{})
+	if msg, retry, err := r.reserve(ctx, first, "alpha"); msg != "" || retry || err != nil {
+		t.Fatalf("reserve(first) = %q, %v, %v; want it to fit", msg, retry, err)
+	}
+	msg, retry, err := r.reserve(ctx, second, "alpha")
+	if msg == "" || !retry || err != nil {
+		t.Fatalf("reserve(second) while first is in flight = %q, %v, %v; want a retry", msg, retry, err)
+	}
+	r.settle(client.ObjectKeyFromObject(first), false) // the first creation failed
+	if msg, retry, err := r.reserve(ctx, second, "alpha"); msg != "" || retry || err != nil {
+		t.Fatalf("reserve(second) after the first failed = %q, %v, %v; want it to fit", msg, retry, err)
+	}
+	r.settle(client.ObjectKeyFromObject(second), true)
+	// Nothing in flight any more: a pod that does not fit is refused.
+	third := shadowPod(t, ns, "third", "cpu=3")
+	if msg, retry, err := r.reserve(ctx, third, "alpha"); msg == "" || retry || err != nil {
+		t.Fatalf("reserve(third) = %q, %v, %v; want a refusal", msg, retry, err)
+	}
+}
+
+// PodRequests are computed once per ShadowPod version.
+func TestPodRequestsMemoized(t *testing.T) {
+	r := New(fake.NewClientBuilder().WithScheme(testScheme(t)).Build(), events.NewFakeRecorder(1), Options{})
+	sp := shadowPod(t, ns, "web", "cpu=1")
+	got := r.podRequests(sp)
+	if q := got[corev1.ResourceCPU]; q.String() != "1" {
+		t.Fatalf("cpu = %s, want 1", q.String())
+	}
+	sp.Spec.Pod.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("2")
+	if q := r.podRequests(sp)[corev1.ResourceCPU]; q.String() != "1" {
+		t.Errorf("same generation: cpu = %s, want the memoized 1", q.String())
+	}
+	sp.Generation++
+	if q := r.podRequests(sp)[corev1.ResourceCPU]; q.String() != "2" {
+		t.Errorf("next generation: cpu = %s, want 2", q.String())
+	}
+	r.deleteRequests(client.ObjectKeyFromObject(sp))
+	if len(r.requests) != 0 {
+		t.Errorf("requests of a deleted ShadowPod kept: %v", r.requests)
+	}
+}
+
+// A ShadowPod that fits under the consumer's usage bound is admitted
+// without counting every ShadowPod again; one that does not is counted
+// exactly (and refused only then). A spec change drops the bound.
+func TestQuotaUsageBound(t *testing.T) {
+	ctx := context.Background()
+	var lists atomic.Int32
+	sps := []*offloadingv1alpha1.ShadowPod{}
+	objs := []client.Object{remoteNS(ns, "alpha"), slice(t, "peering", "alpha", corev1alpha1.ResourceSliceAccepted, "cpu=4,memory=8Gi,pods=10")}
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		sp := shadowPod(t, ns, name, "cpu=1")
+		sps = append(sps, sp)
+		objs = append(objs, sp)
+	}
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).
+		WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*offloadingv1alpha1.ShadowPodList); ok {
+				lists.Add(1)
+			}
+			return c.List(ctx, list, opts...)
+		}}).Build()
+	r := New(c, events.NewFakeRecorder(10), Options{})
+	for _, sp := range sps[:4] {
+		if msg, retry, err := r.reserve(ctx, sp, "alpha"); msg != "" || retry || err != nil {
+			t.Fatalf("reserve(%s) = %q, %v, %v", sp.Name, msg, retry, err)
+		}
+		r.settle(client.ObjectKeyFromObject(sp), true)
+	}
+	if n := lists.Load(); n != 1 {
+		t.Errorf("%d scans of the ShadowPods for 4 admissions that fit, want 1 (the first)", n)
+	}
+	// The fifth does not fit (4 CPUs granted): counted exactly, refused.
+	if msg, _, err := r.reserve(ctx, sps[4], "alpha"); msg == "" || err != nil {
+		t.Fatalf("reserve(e) = %q, %v; want a refusal", msg, err)
+	}
+	if n := lists.Load(); n != 2 {
+		t.Errorf("%d scans after a check that failed under the bound, want 2", n)
+	}
+	// A spec change of an admitted ShadowPod (its pod running) drops the
+	// bound: its requests may have grown.
+	pod, err := r.desiredPod(sps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	a := &offloadingv1alpha1.ShadowPod{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(sps[0]), a); err != nil {
+		t.Fatal(err)
+	}
+	a.Generation++
+	a.Spec.Pod.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("2")
+	if err := c.Update(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(a)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.bounds["alpha"]; ok {
+		t.Error("usage bound kept after a spec change")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -162,7 +163,9 @@ func (r *Reflector) onShadowPod(w *nsWatch, obj any) {
 // informers. known is false when the provider's view of that namespace is
 // not available (provider not reachable, namespace not offloaded, informer
 // not synced): then nothing may be concluded from a missing ShadowPod. The
-// returned object belongs to the informer's cache: do not modify it.
+// returned object belongs to the informer's cache: do not modify it. It is
+// trimmed (trimShadowPod): of spec.pod it holds only what the reflector
+// reads.
 func (r *Reflector) lookup(namespace, name string) (sp *offloadingv1alpha1.ShadowPod, known bool) {
 	r.mu.Lock()
 	var w *nsWatch
@@ -213,13 +216,36 @@ func (r *Reflector) sessionContext() context.Context {
 }
 
 // newShadowPodInformer lists and watches the ShadowPods of this consumer in
-// one remote namespace.
+// one remote namespace. Its cache holds them trimmed (trimShadowPod).
 func (r *Reflector) newShadowPodInformer(rc rest.Interface, remoteNamespace string) cache.SharedIndexInformer {
 	newLW := r.listWatch
 	if newLW == nil {
 		newLW = r.restListWatch
 	}
-	return cache.NewSharedIndexInformer(newLW(rc, remoteNamespace), &offloadingv1alpha1.ShadowPod{}, 0, cache.Indexers{})
+	inf := cache.NewSharedIndexInformer(newLW(rc, remoteNamespace), &offloadingv1alpha1.ShadowPod{}, 0, cache.Indexers{})
+	// Only fails once the informer runs.
+	_ = inf.SetTransform(trimShadowPod)
+	return inf
+}
+
+// trimShadowPod is the transform of the ShadowPod informers: the cache
+// keeps a ShadowPod's metadata without managedFields, its podLabels,
+// podAnnotations and status, and of spec.pod only
+// terminationGracePeriodSeconds (syncGone). That is all
+// the reflector reads of a cached ShadowPod (lookup, GetPod and GetPods
+// return the pod without the rest of its spec, which virtual-kubelet only
+// compares to the local pod's to call UpdatePod, a no-op but for queueing
+// it). The pod spec and the managedFields of the status writes were more
+// than half of a cached ShadowPod: with 1000 offloaded pods this keeps
+// megabytes of the consumer agent's heap.
+func trimShadowPod(obj any) (any, error) {
+	sp, ok := obj.(*offloadingv1alpha1.ShadowPod)
+	if !ok {
+		return obj, nil // a DeletedFinalStateUnknown
+	}
+	sp.ManagedFields = nil
+	sp.Spec.Pod = corev1.PodSpec{TerminationGracePeriodSeconds: sp.Spec.Pod.TerminationGracePeriodSeconds}
+	return sp, nil
 }
 
 // shadowPodSelector selects the ShadowPods of this consumer.

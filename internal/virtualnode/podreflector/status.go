@@ -158,6 +158,13 @@ func (r *Reflector) desiredReachable(key string, pod, out *corev1.Pod, sc Status
 	// No ShadowPod (yet) for this pod.
 	p, ok := r.pendingFor(key, pod.UID)
 	if !ok {
+		if untouched(pod) {
+			// Its ShadowPod is being created, or was a moment ago and the
+			// informer has not caught up: the next write says where it
+			// runs. Writing "being created" first would cost every
+			// offloaded pod one more status write.
+			return false
+		}
 		p = pendingCreate{reason: ReasonShadowPodPending, message: fmt.Sprintf("creating the ShadowPod on provider %s", r.cfg.ProviderID)}
 	}
 	if p.failed {
@@ -177,6 +184,16 @@ func (r *Reflector) desiredReachable(key string, pod, out *corev1.Pod, sc Status
 		}
 	}
 	return true
+}
+
+// untouched reports whether the reflector never wrote pod's status: it has
+// no Offloaded condition, no remote-unavailable label and is not Ready.
+func untouched(pod *corev1.Pod) bool {
+	if getPodCondition(&pod.Status, ConditionOffloaded) != nil || hasLabel(pod) {
+		return false
+	}
+	c := getPodCondition(&pod.Status, corev1.PodReady)
+	return c == nil || c.Status != corev1.ConditionTrue
 }
 
 // hasLabel reports whether pod carries the remote-unavailable label.

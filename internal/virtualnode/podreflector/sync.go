@@ -135,7 +135,14 @@ func (r *Reflector) syncTerminating(ctx context.Context, key string, pod *corev1
 	if !ok {
 		return nil
 	}
+	observed := sp != nil // in the informer, not read live
 	if sp == nil {
+		if s, ok := r.seenFor(key, pod.UID); ok && s.observed {
+			// The informer showed this pod's ShadowPod and no longer does:
+			// its deletion went through. No need to ask the provider (a
+			// burst of deletions made one such read per pod).
+			return r.deleteLocal(ctx, pod, new(int64))
+		}
 		// Confirm before finishing the local deletion: the informer may lag
 		// behind a ShadowPod created a moment ago.
 		live, err := liveShadowPod(sctx, c, remoteNS, pod.Name)
@@ -146,6 +153,9 @@ func (r *Reflector) syncTerminating(ctx context.Context, key string, pod *corev1
 			return r.deleteLocal(ctx, pod, new(int64))
 		}
 		sp = live
+	}
+	if observed && OriginUID(sp) == string(pod.UID) {
+		r.markSeen(key, pod.UID, true)
 	}
 	if sp.DeletionTimestamp != nil {
 		return nil // its deletion event queues the pod again
@@ -250,8 +260,11 @@ func (r *Reflector) create(ctx context.Context, c client.Client, key string, pod
 		r.cfg.Log.V(1).Info("ShadowPod created", "pod", key, "shadowPod", remoteNS+"/"+sp.Name)
 		r.markSeen(key, pod.UID, false)
 		r.clearPending(key)
-		r.event(pod, corev1.EventTypeNormal, "Offloaded", "Create",
-			"created ShadowPod %s/%s on provider %s", remoteNS, sp.Name, r.cfg.ProviderID)
+		// No Event: the pod's Offloaded condition says the same (provider,
+		// ShadowPod) once the ShadowPod is seen, and an Event per pod was
+		// one more write to this cluster for every offloaded pod. Events
+		// remain for what goes wrong (OffloadRefused, ShadowPodDeleted,
+		// ProviderUnreachable).
 		r.statusQ.Add(key)
 		return nil
 	case apierrors.IsAlreadyExists(err):

@@ -223,8 +223,9 @@ func setPodCondition(s *corev1.PodStatus, prev *corev1.PodStatus, c corev1.PodCo
 }
 
 // podFromShadow is the pod virtual-kubelet's GetPod sees for a ShadowPod:
-// its spec and metadata as the provider runs them, in the local namespace,
-// with the local pod's UID.
+// its metadata as the provider runs them, in the local namespace, with the
+// local pod's UID, and the spec the informers keep of it (trimShadowPod:
+// not the containers).
 func podFromShadow(sp *offloadingv1alpha1.ShadowPod, localNamespace string, sc StatusContext) *corev1.Pod {
 	pod := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
