@@ -35,6 +35,12 @@ type BurstTrial struct {
 	// CleanupSeconds is how long deleting it took until no pod (and, when
 	// offloaded, no ShadowPod) was left on either cluster; not a result.
 	CleanupSeconds float64 `json:"cleanupSeconds"`
+	// CPUSeconds is the CPU time the whole machine used from the
+	// Deployment's creation to the last pod Ready (both clusters, the
+	// agents, the benchmark: /proc/stat), and CPUBusy the share of the
+	// machine's CPU time that was (1: every CPU busy all along).
+	CPUSeconds float64 `json:"cpuSeconds,omitempty"`
+	CPUBusy    float64 `json:"cpuBusy,omitempty"`
 	// Profiled trials ran with the agents' CPU profilers on.
 	Profiled bool   `json:"profiled,omitempty"`
 	Error    string `json:"error,omitempty"`
@@ -152,6 +158,7 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 	if err != nil {
 		return err
 	}
+	cpu0, cpuErr := readMachineCPU()
 	start := time.Now()
 	if _, err := k.cs.AppsV1().Deployments(ns).Create(ctx, deployment(ns, name, t.N), metav1.CreateOptions{}); err != nil {
 		return err
@@ -159,6 +166,9 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 	first, last, err := w.waitReady(ctx, t.N, burstTimeout(t.N))
 	if err != nil {
 		return err
+	}
+	if cpu1, err := readMachineCPU(); err == nil && cpuErr == nil {
+		t.CPUSeconds, t.CPUBusy = cpuUse(cpu0, cpu1)
 	}
 	t.AllReadySeconds = last.Sub(start).Seconds()
 	t.FirstReadySeconds = first.Sub(start).Seconds()
@@ -252,6 +262,9 @@ type burstStats struct {
 	Mode                      string
 	Trials, Failed            int
 	AllReady, FirstReady, PPS Summary
+	// CPUSeconds and CPUBusy summarize the machine's CPU use (trials
+	// without a reading left out).
+	CPUSeconds, CPUBusy Summary
 }
 
 func summarizeBursts(trials []BurstTrial) []burstStats {
@@ -271,15 +284,20 @@ func summarizeBursts(trials []BurstTrial) []burstStats {
 		}
 	}
 	for i := range out {
-		var all, first, rate []float64
+		var all, first, rate, cpu, busy []float64
 		for _, t := range trials {
 			if t.N == out[i].N && t.Mode == out[i].Mode && t.Error == "" {
 				all = append(all, t.AllReadySeconds)
 				first = append(first, t.FirstReadySeconds)
 				rate = append(rate, t.PodsPerSecond)
+				if t.CPUBusy > 0 {
+					cpu = append(cpu, t.CPUSeconds)
+					busy = append(busy, t.CPUBusy)
+				}
 			}
 		}
 		out[i].AllReady, out[i].FirstReady, out[i].PPS = summarize(all), summarize(first), summarize(rate)
+		out[i].CPUSeconds, out[i].CPUBusy = summarize(cpu), summarize(busy)
 	}
 	return out
 }

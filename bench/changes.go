@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -34,9 +35,13 @@ type ObjectChanges struct {
 	Count    int    `json:"count"`
 	// Objects names up to five of the objects, most changed first.
 	Objects []string `json:"objects"`
-	// Meaning says what the most changed object is, when it is one the
-	// benchmark knows.
+	// Meaning says what the objects are, when they are ones the benchmark
+	// knows (changes of objects of different meanings are counted apart).
 	Meaning string `json:"meaning,omitempty"`
+	// HeartbeatOnly: node status changes in which nothing but the
+	// conditions' lastHeartbeatTime changed (counted apart from the node's
+	// other changes).
+	HeartbeatOnly bool `json:"heartbeatOnly,omitempty"`
 }
 
 // meaning names the known objects that are written while nothing happens.
@@ -65,6 +70,37 @@ func meaning(resource, obj string) string {
 	return ""
 }
 
+// liveness reports whether a change is a liveness write of Annex: the
+// renewal of a Lease whose only purpose is to say "still alive" (the
+// agent's leader-election Lease, a virtual node's Lease, the consumer's
+// heartbeat Lease on the provider) or a virtual node status write that only
+// moved lastHeartbeatTime. Kubernetes needs them (a node whose Lease is not
+// renewed goes NotReady, a leader that does not renew is replaced); they
+// are reported apart from the writes the status churn target is about.
+func liveness(c ObjectChanges) bool {
+	if !annexChange(c) {
+		return false
+	}
+	switch c.Meaning {
+	case meaningLeaderLease, meaningVirtualNodeLease, meaningHeartbeat:
+		// A renewal, or the first one, which creates the Lease.
+		return c.Event == string(watch.Modified) || c.Event == string(watch.Added)
+	case meaningVirtualNodeHeartbeat:
+		return c.Event == string(watch.Modified)
+	}
+	return false
+}
+
+// writerCluster names the cluster whose agent made a change: the agent of
+// the cluster it happened on, but for the consumer's heartbeat Lease, which
+// the consumer's agent renews on the provider.
+func writerCluster(c ObjectChanges) string {
+	if c.Meaning == meaningHeartbeat {
+		return consumerName
+	}
+	return c.Cluster
+}
+
 // annexWriter reports whether a writer is one of Annex's clients.
 func annexWriter(w string) bool { return strings.HasPrefix(w, "annex") }
 
@@ -78,26 +114,71 @@ func annexChange(c ObjectChanges) bool {
 // annexObjects are the meanings of objects only Annex writes.
 var annexObjects = map[string]bool{
 	meaningLeaderLease: true, meaningVirtualNodeLease: true, meaningHeartbeat: true, meaningVirtualNodeStatus: true,
+	meaningVirtualNodeHeartbeat: true,
 }
 
 // Meanings of known objects.
 const (
-	meaningLeaderLease       = "the agent's leader-election Lease"
-	meaningVirtualNodeLease  = "a virtual node's Lease (node heartbeat)"
-	meaningHeartbeat         = "the consumer's heartbeat Lease on the provider"
-	meaningVirtualNodeStatus = "a virtual node's status"
+	meaningLeaderLease          = "the agent's leader-election Lease"
+	meaningVirtualNodeLease     = "a virtual node's Lease (node heartbeat)"
+	meaningHeartbeat            = "the consumer's heartbeat Lease on the provider"
+	meaningVirtualNodeStatus    = "a virtual node's status"
+	meaningVirtualNodeHeartbeat = "a virtual node's status heartbeat (only lastHeartbeatTime changed)"
 )
 
-type changeKey struct{ resource, event, writer string }
+// changeKey groups changes: by resource, event, writer and what the object
+// is (its meaning), so that, say, the renewals of two different Leases by
+// the same writer are told apart.
+type changeKey struct {
+	resource, event, writer, meaning string
+	heartbeat                        bool // a node status change of lastHeartbeatTime only
+}
 
 // changeWatch watches every resource of a cluster and counts changes.
 type changeWatch struct {
-	cluster string
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	counts  map[changeKey]map[string]int // object → changes
-	errs    []string
+	cluster  string
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	counting bool                         // between count and hold
+	counts   map[changeKey]map[string]int // object → changes
+	nodes    map[string]*unstructured.Unstructured
+	errs     []string
+}
+
+// count starts counting changes; hold stops it (the watches keep running
+// until stop). They bracket the window the agents' metrics are read over,
+// so that both count the same writes.
+func (cw *changeWatch) count() { cw.setCounting(true) }
+func (cw *changeWatch) hold()  { cw.setCounting(false) }
+
+func (cw *changeWatch) setCounting(v bool) {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	cw.counting = v
+}
+
+var nodesGVR = corev1.SchemeGroupVersion.WithResource("nodes")
+
+// heartbeatOnly reports whether node b differs from a in nothing but its
+// conditions' lastHeartbeatTime (and the metadata every write changes).
+func heartbeatOnly(a, b *unstructured.Unstructured) bool {
+	strip := func(u *unstructured.Unstructured) map[string]any {
+		c := u.DeepCopy()
+		unstructured.RemoveNestedField(c.Object, "metadata", "resourceVersion")
+		unstructured.RemoveNestedField(c.Object, "metadata", "managedFields")
+		conds, _, _ := unstructured.NestedSlice(c.Object, "status", "conditions")
+		for _, cond := range conds {
+			if m, ok := cond.(map[string]any); ok {
+				delete(m, "lastHeartbeatTime")
+			}
+		}
+		if conds != nil {
+			_ = unstructured.SetNestedSlice(c.Object, conds, "status", "conditions")
+		}
+		return c.Object
+	}
+	return equality.Semantic.DeepEqual(strip(a), strip(b))
 }
 
 // watchChanges starts watching every listable and watchable resource of k
@@ -114,7 +195,7 @@ func watchChanges(ctx context.Context, k *kube) (*changeWatch, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	cw := &changeWatch{cluster: k.Name(), cancel: cancel, counts: map[changeKey]map[string]int{}}
+	cw := &changeWatch{cluster: k.Name(), cancel: cancel, counts: map[changeKey]map[string]int{}, nodes: map[string]*unstructured.Unstructured{}}
 	for _, l := range lists {
 		gv, err := schema.ParseGroupVersion(l.GroupVersion)
 		if err != nil {
@@ -129,10 +210,19 @@ func watchChanges(ctx context.Context, k *kube) (*changeWatch, error) {
 			}
 			gvr := gv.WithResource(r.Name)
 			ri := dyn.Resource(gvr)
-			cur, err := ri.List(ctx, metav1.ListOptions{Limit: 1})
+			opts := metav1.ListOptions{Limit: 1}
+			if gvr == nodesGVR {
+				opts.Limit = 0 // every node: a node's change is compared with its last version
+			}
+			cur, err := ri.List(ctx, opts)
 			if err != nil {
 				cw.errs = append(cw.errs, fmt.Sprintf("list %s: %v", gvr, err))
 				continue
+			}
+			if gvr == nodesGVR {
+				for i := range cur.Items {
+					cw.nodes[cur.Items[i].GetName()] = &cur.Items[i]
+				}
 			}
 			w, err := ri.Watch(ctx, metav1.ListOptions{ResourceVersion: cur.GetResourceVersion()})
 			if err != nil {
@@ -179,13 +269,24 @@ func (cw *changeWatch) record(resource string, ev watch.Event) {
 	if ev.Type != watch.Deleted {
 		writer = lastWriter(u.GetManagedFields())
 	}
-	key := changeKey{resource: resource, event: string(ev.Type), writer: writer}
-	if cw.counts[key] == nil {
-		cw.counts[key] = map[string]int{}
-	}
 	obj := u.GetName()
 	if ns := u.GetNamespace(); ns != "" {
 		obj = ns + "/" + obj
+	}
+	key := changeKey{resource: resource, event: string(ev.Type), writer: writer, meaning: meaning(resource, obj)}
+	if resource == "nodes" {
+		prev := cw.nodes[u.GetName()]
+		key.heartbeat = ev.Type == watch.Modified && prev != nil && heartbeatOnly(prev, u)
+		cw.nodes[u.GetName()] = u
+		if key.heartbeat && key.meaning == meaningVirtualNodeStatus {
+			key.meaning = meaningVirtualNodeHeartbeat
+		}
+	}
+	if !cw.counting {
+		return
+	}
+	if cw.counts[key] == nil {
+		cw.counts[key] = map[string]int{}
 	}
 	cw.counts[key][obj]++
 }
@@ -217,7 +318,7 @@ func (cw *changeWatch) stop() ([]ObjectChanges, []string) {
 	defer cw.mu.Unlock()
 	var out []ObjectChanges
 	for k, objs := range cw.counts {
-		c := ObjectChanges{Cluster: cw.cluster, Resource: k.resource, Event: k.event, Writer: k.writer}
+		c := ObjectChanges{Cluster: cw.cluster, Resource: k.resource, Event: k.event, Writer: k.writer, Meaning: k.meaning, HeartbeatOnly: k.heartbeat}
 		names := make([]string, 0, len(objs))
 		for o, n := range objs {
 			c.Count += n
@@ -229,9 +330,6 @@ func (cw *changeWatch) stop() ([]ObjectChanges, []string) {
 			}
 			return names[i] < names[j]
 		})
-		if len(names) > 0 {
-			c.Meaning = meaning(k.resource, names[0])
-		}
 		for i, o := range names {
 			if i == 5 {
 				c.Objects = append(c.Objects, fmt.Sprintf("… %d more", len(names)-5))
@@ -250,6 +348,6 @@ func sortChanges(c []ObjectChanges) {
 		if c[i].Count != c[j].Count {
 			return c[i].Count > c[j].Count
 		}
-		return fmt.Sprint(c[i].Cluster, c[i].Resource, c[i].Writer) < fmt.Sprint(c[j].Cluster, c[j].Resource, c[j].Writer)
+		return fmt.Sprint(c[i].Cluster, c[i].Resource, c[i].Writer, c[i].Meaning) < fmt.Sprint(c[j].Cluster, c[j].Resource, c[j].Writer, c[j].Meaning)
 	})
 }

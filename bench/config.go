@@ -37,6 +37,7 @@ type Config struct {
 
 // Phase names, in the order they run.
 const (
+	phaseTunnel    = "tunnel"
 	phaseIdle      = "idle"
 	phaseBurst     = "burst"
 	phaseFootprint = "footprint"
@@ -44,7 +45,7 @@ const (
 	phaseUnpeer    = "unpeer"
 )
 
-var allPhases = []string{phaseIdle, phaseBurst, phaseFootprint, phaseFailure, phaseUnpeer}
+var allPhases = []string{phaseTunnel, phaseIdle, phaseBurst, phaseFootprint, phaseFailure, phaseUnpeer}
 
 // presets are the scales `make bench BENCH_SCALE=...` chooses from.
 var presets = map[string]Config{
@@ -149,6 +150,17 @@ type options struct {
 
 // runs reports whether phase p is part of this run.
 func (c Config) runs(p string) bool { return len(c.Phases) == 0 || contains(c.Phases, p) }
+
+// needsClusters reports whether a phase of this run needs the clusters
+// (all but tunnel do).
+func (c Config) needsClusters() bool {
+	for _, p := range allPhases {
+		if p != phaseTunnel && c.runs(p) {
+			return true
+		}
+	}
+	return false
+}
 
 // custom reports whether the run departs from its preset.
 func (c Config) custom() bool {

@@ -42,6 +42,10 @@ type AgentWindow struct {
 	// Writes is the sum of the requests with POST, PUT, PATCH or DELETE.
 	Writes          float64 `json:"writes"`
 	WritesPerSecond float64 `json:"writesPerSecond"`
+	// LivenessWrites are the writes among them that the API servers'
+	// watches show as this agent's liveness writes (see liveness): Lease
+	// renewals and heartbeat-only node status writes.
+	LivenessWrites float64 `json:"livenessWrites"`
 	// GoMemory is the Go runtime's view at the end of the window (the
 	// go_memstats_* gauges and go_goroutines of the metrics endpoint).
 	GoMemory GoMemory `json:"goMemory"`
@@ -118,6 +122,9 @@ func measureWindow(ctx context.Context, e *env, cfg Config, name string, pods in
 	start := make([]ProcSample, len(agents))
 	before := make([]map[hostMethod]float64, len(agents))
 	w.Agents = make([]AgentWindow, len(agents))
+	for _, cw := range watches {
+		cw.count()
+	}
 	for i, a := range agents {
 		s, err := scrape(ctx, a.MetricsAddr, requestMetric)
 		if err != nil {
@@ -170,16 +177,42 @@ func measureWindow(ctx context.Context, e *env, cfg Config, name string, pods in
 		w.WindowSeconds = secs
 	}
 	for _, cw := range watches {
+		cw.hold()
+	}
+	for _, cw := range watches {
 		ch, errs := cw.stop()
 		w.Changes = append(w.Changes, ch...)
 		w.ChangeErrors = append(w.ChangeErrors, errs...)
 	}
 	sortChanges(w.Changes)
+	w.countLiveness()
 	for _, a := range w.Agents {
-		e.log.printf("idle window %q: %s agent RSS %.1f MiB, CPU %.2fs in %.0fs, %.0f writes (%.2f/s)",
-			name, a.Cluster, mib(a.RSSEndBytes), a.CPUSeconds, w.WindowSeconds, a.Writes, a.WritesPerSecond)
+		e.log.printf("idle window %q: %s agent RSS %.1f MiB, CPU %.2fs in %.0fs, %.0f writes (%.2f/s), %.0f of them liveness",
+			name, a.Cluster, mib(a.RSSEndBytes), a.CPUSeconds, w.WindowSeconds, a.Writes, a.WritesPerSecond, a.LivenessWrites)
 	}
 	return w, nil
+}
+
+// countLiveness sets each agent's LivenessWrites from the window's changes.
+func (w *IdleWindow) countLiveness() {
+	for i := range w.Agents {
+		w.Agents[i].LivenessWrites = 0
+		for _, c := range w.Changes {
+			if liveness(c) && writerCluster(c) == w.Agents[i].Cluster {
+				w.Agents[i].LivenessWrites += float64(c.Count)
+			}
+		}
+	}
+}
+
+// OtherWritesPerSecond are the agent's writes per second but its liveness
+// writes (never below 0: a liveness write seen through a watch is one of
+// the agent's requests).
+func (a AgentWindow) OtherWritesPerSecond(windowSeconds float64) float64 {
+	if windowSeconds <= 0 {
+		return 0
+	}
+	return max(a.Writes-a.LivenessWrites, 0) / windowSeconds
 }
 
 // requestDelta is after − before for every host and method that changed.

@@ -5,7 +5,13 @@
 // Markdown). Where a target is missed, pprof profiles of the agents that
 // explain it are saved next to them.
 //
-// It starts a consumer (alpha) and a provider (beta) with
+// First, before any cluster runs:
+//
+//   - tunnel: pod-to-pod TCP throughput and round trips across an Annex
+//     network link (two annex-gateway processes, WireGuard) against a plain
+//     veth, on network namespaces of its own (needs root).
+//
+// Then it starts a consumer (alpha) and a provider (beta) with
 // internal/localcluster in a temporary directory, installs Annex, runs both
 // agents as local processes (with --pprof-bind-address) and peers them. Then,
 // in this order:
@@ -41,6 +47,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/annexhq/annex/internal/localcluster"
 )
 
@@ -49,6 +58,9 @@ func main() {
 }
 
 func run(args []string) int {
+	// controller-runtime's clients log nothing the benchmark needs, and
+	// complain on stderr when no logger is set.
+	ctrllog.SetLogger(logr.Discard())
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "bench measures Annex on fresh local clusters and writes bench/results/ (see docs/bench.md).\n\nUsage: go run ./bench [flags]\n\nFlags:\n")
@@ -160,6 +172,16 @@ func measure(ctx context.Context, l *logger, dir string, o options, cfg Config, 
 		failed = true
 		r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", phase, err))
 		l.printf("%s: ERROR: %v", phase, err)
+	}
+	if cfg.runs(phaseTunnel) && ctx.Err() == nil {
+		// First, while no cluster runs: it needs none, and measures CPU-bound
+		// traffic.
+		t, err := runTunnel(ctx, l, dir, o.bin)
+		r.Tunnel = t
+		fail(phaseTunnel, err)
+	}
+	if !cfg.needsClusters() || ctx.Err() != nil {
+		return failed
 	}
 	e, err := startEnv(ctx, l, dir, o.bin, o.kubeBin, cfg)
 	defer func() {
@@ -322,8 +344,8 @@ func finish(r *Results, out string, l *logger) error {
 }
 
 // render writes the Markdown of the results in path (a <stamp>.json) again,
-// with the targets evaluated again from the raw numbers and, if notes is
-// not empty, these notes.
+// with the liveness writes counted and the targets evaluated again from the
+// raw numbers and, if notes is not empty, these notes.
 func render(path, notes string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -332,6 +354,9 @@ func render(path, notes string) error {
 	r := &Results{}
 	if err := json.Unmarshal(data, r); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
+	}
+	for i := range r.Windows {
+		r.Windows[i].countLiveness() // as this version of the benchmark counts them
 	}
 	r.Targets = evaluate(r)
 	if notes != "" {

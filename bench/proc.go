@@ -128,3 +128,57 @@ func loadAverage() string {
 	}
 	return strings.Join(f[:3], " ")
 }
+
+// MachineCPU is a reading of the first line of /proc/stat: CPU time of the
+// whole machine, every process of every cluster, the benchmark and the
+// agents included.
+type MachineCPU struct {
+	At time.Time
+	// Busy and Total are clock ticks summed over every CPU: Total counts
+	// every state, Busy all but idle and iowait.
+	Busy, Total uint64
+}
+
+// readMachineCPU reads /proc/stat.
+func readMachineCPU() (MachineCPU, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return MachineCPU{}, err
+	}
+	m, err := parseMachineCPU(data)
+	m.At = time.Now()
+	return m, err
+}
+
+// parseMachineCPU parses the "cpu" line of /proc/stat: user nice system idle
+// iowait irq softirq steal (guest time is part of user already).
+func parseMachineCPU(stat []byte) (MachineCPU, error) {
+	line, _, _ := bytes.Cut(stat, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return MachineCPU{}, fmt.Errorf("unexpected first line of /proc/stat %q", line)
+	}
+	var m MachineCPU
+	for i, s := range f[1:9] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return MachineCPU{}, fmt.Errorf("/proc/stat field %d: %w", i+1, err)
+		}
+		m.Total += v
+		if i != 3 && i != 4 { // idle, iowait
+			m.Busy += v
+		}
+	}
+	return m, nil
+}
+
+// cpuUse is what the machine's CPUs did between two readings: the CPU
+// seconds used (all CPUs together) and the share of the available time they
+// were busy.
+func cpuUse(from, to MachineCPU) (seconds, busy float64) {
+	if to.Total <= from.Total {
+		return 0, 0
+	}
+	b := float64(to.Busy - from.Busy)
+	return b / clockTicks, b / float64(to.Total-from.Total)
+}

@@ -38,3 +38,18 @@ func TestReadProcSelf(t *testing.T) {
 		t.Errorf("readProc(self) = %+v", s)
 	}
 }
+
+func TestParseMachineCPU(t *testing.T) {
+	// user nice system idle iowait irq softirq steal guest guest_nice
+	m, err := parseMachineCPU([]byte("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\n"))
+	if err != nil || m.Busy != 150 || m.Total != 1000 {
+		t.Errorf("parseMachineCPU = %+v, %v; want busy 150 of 1000", m, err)
+	}
+	secs, busy := cpuUse(MachineCPU{Busy: 100, Total: 1000}, MachineCPU{Busy: 400, Total: 1400})
+	if secs != 3 || busy != 0.75 {
+		t.Errorf("cpuUse = %v s, %v busy; want 3 s, 0.75", secs, busy)
+	}
+	if _, err := parseMachineCPU([]byte("intr 1 2 3\n")); err == nil {
+		t.Error("parseMachineCPU without a cpu line: want an error")
+	}
+}

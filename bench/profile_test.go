@@ -68,4 +68,12 @@ Duration: 91s, Total samples = 29.84s (32.79%)
 	if got := cpuHotspots(path); got != want {
 		t.Errorf("cpuHotspots:\n got %s\nwant %s", got, want)
 	}
+	// pprof pads a share below 10% with a space.
+	top = strings.Replace(top, "Total samples = 29.84s (32.79%)", "Total samples = 2.59s ( 6.02%)", 1)
+	if err := os.WriteFile(path, []byte(top), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := cpuHotspots(path); !strings.HasPrefix(got, "2.59s of CPU in 91s (6.02% of one core);") {
+		t.Errorf("cpuHotspots with a padded share: %s", got)
+	}
 }

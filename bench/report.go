@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/annexhq/annex/internal/agent"
 )
 
 // markdown renders the results as the table a person reads; outDir is
@@ -99,6 +101,7 @@ func markdown(r *Results, outDir string) string {
 	renderFailures(&b, r)
 	renderUnpeers(&b, r)
 	renderWindows(&b, r)
+	renderTunnel(&b, r)
 	if len(r.Errors) > 0 {
 		p("## Errors\n\n")
 		for _, e := range r.Errors {
@@ -128,13 +131,18 @@ func renderBursts(b *strings.Builder, r *Results) {
 				"for the footprint window before it was cleaned up.\n\n", t.Trial, t.N)
 		}
 	}
-	p("| N | mode | trials | all Ready p50 | all Ready max | first Ready p50 | pods/s p50 | offloaded / direct (p50) |\n")
-	p("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	p("CPU is the whole machine's from /proc/stat over the same interval (every process of both clusters, the agents and the benchmark): "+
+		"CPU-seconds used and how busy the %d CPUs were.\n\n", r.Environment.CPUs)
+	p("| N | mode | trials | all Ready p50 | all Ready max | first Ready p50 | pods/s p50 | CPU-s p50 | CPUs busy p50 | offloaded / direct (p50) | CPU-s offloaded / direct |\n")
+	p("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, s := range stats {
-		ratio := ""
+		ratio, cpuRatio := "", ""
 		if s.Mode == modeOffloaded {
 			if off, dir, ok := burstPair(stats, s.N); ok {
 				ratio = fmt.Sprintf("**%.2f**", off.AllReady.P50/dir.AllReady.P50)
+				if off.CPUSeconds.N > 0 && dir.CPUSeconds.N > 0 && dir.CPUSeconds.P50 > 0 {
+					cpuRatio = fmt.Sprintf("%.2f", off.CPUSeconds.P50/dir.CPUSeconds.P50)
+				}
 			}
 		}
 		trials := fmt.Sprint(s.Trials)
@@ -142,10 +150,15 @@ func renderBursts(b *strings.Builder, r *Results) {
 			trials += fmt.Sprintf(" (%d failed)", s.Failed)
 		}
 		if s.AllReady.N == 0 {
-			p("| %d | %s | %s | – | – | – | – | |\n", s.N, s.Mode, trials)
+			p("| %d | %s | %s | – | – | – | – | – | – | | |\n", s.N, s.Mode, trials)
 			continue
 		}
-		p("| %d | %s | %s | %.2f | %.2f | %.2f | %.1f | %s |\n", s.N, s.Mode, trials, s.AllReady.P50, s.AllReady.Max, s.FirstReady.P50, s.PPS.P50, ratio)
+		cpu, busy := "–", "–"
+		if s.CPUBusy.N > 0 {
+			cpu, busy = fmt.Sprintf("%.1f", s.CPUSeconds.P50), fmt.Sprintf("%.0f%%", 100*s.CPUBusy.P50)
+		}
+		p("| %d | %s | %s | %.2f | %.2f | %.2f | %.1f | %s | %s | %s | %s |\n", s.N, s.Mode, trials, s.AllReady.P50, s.AllReady.Max, s.FirstReady.P50, s.PPS.P50,
+			cpu, busy, ratio, cpuRatio)
 	}
 	p("\n")
 }
@@ -263,7 +276,13 @@ func renderWindows(b *strings.Builder, r *Results) {
 		"endpoint (every REST client of the process counts there, by API server host and method), POST, PUT, PATCH and DELETE counted. " +
 		"The breakdown below comes from the other end: watches on every resource of both API servers during the window, each change attributed " +
 		"to the manager of the object's most recent managedFields entry (the program name of the client's user agent; deletions carry none).\n\n")
-	p("| agent | offloaded pods | writes/s | writes in the window | by API server and method |\n| --- | ---: | ---: | ---: | --- |\n")
+	p("Liveness writes are the ones the watches show as an agent renewing a Lease that only says it is alive (its leader-election Lease, "+
+		"a virtual node's Lease, the consumer's heartbeat Lease on the provider) or writing a virtual node's status in which only lastHeartbeatTime "+
+		"moved; the target is about the others. The agents renew their leader-election Lease every %s, the virtual node's Lease is renewed every "+
+		"10 s (a kubelet's cadence; the node lifecycle controller marks a node NotReady after 40 s without), the consumer's heartbeat Lease every 30 s "+
+		"(the provider removes a tenant whose consumer stopped renewing it for 15 minutes), the virtual node's status every 5 minutes (a kubelet's "+
+		"nodeStatusReportFrequency).\n\n", agent.LeaderRetryPeriod)
+	p("| agent | offloaded pods | writes/s | liveness writes/s | writes/s excluding liveness | writes in the window | by API server and method |\n| --- | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, w := range r.Windows {
 		for _, a := range w.Agents {
 			var parts []string
@@ -272,10 +291,14 @@ func renderWindows(b *strings.Builder, r *Results) {
 					parts = append(parts, fmt.Sprintf("%s on %s: %.0f", rc.Method, rc.Server, rc.Count))
 				}
 			}
-			p("| %s (%s) | %d | %.2f | %.0f | %s |\n", a.Role, a.Cluster, w.OffloadedPods, a.WritesPerSecond, a.Writes, orDash(strings.Join(parts, ", ")))
+			p("| %s (%s) | %d | %.2f | %.2f | %.2f | %.0f | %s |\n", a.Role, a.Cluster, w.OffloadedPods, a.WritesPerSecond,
+				a.LivenessWrites/max(w.WindowSeconds, 1), a.OtherWritesPerSecond(w.WindowSeconds), a.Writes, orDash(strings.Join(parts, ", ")))
 		}
 	}
 	p("\n")
+	if w := footprintWindow(r); w != nil {
+		p("Liveness writes in the window with %d offloaded pods: %s.\n\n", w.OffloadedPods, annexChangeSummary(w.Changes, 8, liveness))
+	}
 	for _, w := range r.Windows {
 		p("Object changes during the window with %d offloaded pods (%.0f s), Annex's first:\n\n", w.OffloadedPods, w.WindowSeconds)
 		p("| cluster | resource | what it is | event | writer | changes | objects |\n| --- | --- | --- | --- | --- | ---: | --- |\n")
@@ -294,6 +317,48 @@ func renderWindows(b *strings.Builder, r *Results) {
 		}
 		p("\n")
 	}
+}
+
+func renderTunnel(b *strings.Builder, r *Results) {
+	t := r.Tunnel
+	if t == nil {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("## Pod-to-pod tunnel\n\n")
+	if t.NotMeasured != "" {
+		p("Not measured: %s.\n\n", t.NotMeasured)
+		return
+	}
+	p("Two pod network namespaces, each behind a router namespace running `annex-gateway` (its userspace WireGuard device, routes and "+
+		"nftables address translation: both pods have 10.200.0.5, a reaches b as 100.64.0.5), the routers joined by a veth; and the same "+
+		"two pods joined directly by a plain veth. Measured first, before the clusters start, from a client in pod a to a server in pod b "+
+		"(goroutines of the benchmark, sockets opened inside the namespaces): **TCP bulk**, one connection sending for %.0f s, MB/s "+
+		"(10^6 bytes) as received; **round trip**, %d messages of %d bytes sent one after the other on one connection and echoed "+
+		"(after %d untimed ones), in µs. Everything, the encryption included, runs on this machine's %d CPUs.\n\n",
+		t.BulkSeconds, t.RoundTrips, t.MessageBytes, tunnelWarmup, r.Environment.CPUs)
+	if t.GatewayRestarts > 0 {
+		p("The tunnel carried no connection within %s of the gateways' start (the WireGuard handshake done, no packet through); "+
+			"both were restarted before the measurement (%d×): see the run's log.\n\n", tunnelReady, t.GatewayRestarts)
+	}
+	p("| path | TCP bulk (MB/s) | round trip p50 (µs) | p99 (µs) | max (µs) |\n| --- | ---: | ---: | ---: | ---: |\n")
+	names := map[string]string{pathTunnel: "Annex tunnel (annex-gateway, WireGuard)", pathVeth: "plain veth"}
+	var tun, veth *TunnelPath
+	for i := range t.Paths {
+		pa := &t.Paths[i]
+		switch pa.Name {
+		case pathTunnel:
+			tun = pa
+		case pathVeth:
+			veth = pa
+		}
+		p("| %s | %.1f | %.0f | %.0f | %.0f |\n", orDash(names[pa.Name]), pa.MBPerSecond, pa.RTTMicroseconds.P50, pa.RTTMicroseconds.P99, pa.RTTMicroseconds.Max)
+	}
+	if tun != nil && veth != nil && veth.MBPerSecond > 0 && veth.RTTMicroseconds.P50 > 0 {
+		p("| **tunnel / veth** | **%.2f** | **%.1f** | %.1f | |\n", tun.MBPerSecond/veth.MBPerSecond,
+			tun.RTTMicroseconds.P50/veth.RTTMicroseconds.P50, tun.RTTMicroseconds.P99/max(veth.RTTMicroseconds.P99, 1))
+	}
+	p("\n")
 }
 
 // hotspotFuncs are the functions cpuHotspots names: Annex's and
@@ -334,7 +399,7 @@ func cpuHotspots(path string) string {
 	if len(hot) == 0 {
 		return ""
 	}
-	if m := regexp.MustCompile(`^(\S+), Total samples = (\S+) \(([\d.]+)%\)`).FindStringSubmatch(total); m != nil {
+	if m := regexp.MustCompile(`^(\S+), Total samples = (\S+) \(\s*([\d.]+)%\)`).FindStringSubmatch(total); m != nil {
 		total = fmt.Sprintf("%s of CPU in %s (%s%% of one core)", m[2], m[1], m[3])
 	}
 	return fmt.Sprintf("%s; most of it in (cumulative) %s.", total, strings.Join(hot, ", "))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // sampleResults is a small run: every kind of trial, two targets missed.
@@ -20,8 +21,10 @@ func sampleResults() *Results {
 	r.Config.Scale = "small"
 	for i, s := range []float64{10, 12, 11} {
 		r.Bursts = append(r.Bursts,
-			BurstTrial{N: 1000, Mode: modeOffloaded, Trial: i + 1, AllReadySeconds: s * 1.5, FirstReadySeconds: 1, PodsPerSecond: 1000 / (s * 1.5)},
-			BurstTrial{N: 1000, Mode: modeDirect, Trial: i + 1, AllReadySeconds: s, FirstReadySeconds: 0.5, PodsPerSecond: 1000 / s})
+			BurstTrial{N: 1000, Mode: modeOffloaded, Trial: i + 1, AllReadySeconds: s * 1.5, FirstReadySeconds: 1, PodsPerSecond: 1000 / (s * 1.5),
+				CPUSeconds: 3 * s, CPUBusy: 0.99},
+			BurstTrial{N: 1000, Mode: modeDirect, Trial: i + 1, AllReadySeconds: s, FirstReadySeconds: 0.5, PodsPerSecond: 1000 / s,
+				CPUSeconds: 2 * s, CPUBusy: 0.98})
 	}
 	r.Bursts[4].Profiled = true // trial 3's offloaded run: counted like the others
 	for i := range 3 {
@@ -39,12 +42,19 @@ func sampleResults() *Results {
 	}
 	r.Windows = []IdleWindow{
 		{Name: "no offloaded pods", WindowSeconds: 30, Agents: agents(60<<20, 0)},
-		{Name: "1000 offloaded pods", OffloadedPods: 1000, WindowSeconds: 30, Agents: agents(200<<20, 0.5), Changes: []ObjectChanges{
+		{Name: "1000 offloaded pods", OffloadedPods: 1000, WindowSeconds: 30, Agents: agents(200<<20, 0.6), Changes: []ObjectChanges{
 			{Cluster: "alpha", Resource: "leases.coordination.k8s.io", Event: "MODIFIED", Writer: "annex-agent Update", Count: 15, Objects: []string{"annex-system/annex-agent ×15"},
 				Meaning: meaning("leases.coordination.k8s.io", "annex-system/annex-agent")},
+			{Cluster: "alpha", Resource: "foreignclusters.core.annex.dev", Event: "MODIFIED", Writer: "annex-agent Update status", Count: 3, Objects: []string{"beta ×3"},
+				Meaning: meaning("foreignclusters.core.annex.dev", "beta")},
 			{Cluster: "beta", Resource: "leases.coordination.k8s.io", Event: "MODIFIED", Writer: "kwok Update", Count: 30, Objects: []string{"kube-node-lease/beta-worker-0 ×30"}},
 		}},
 	}
+	r.Windows[1].Agents[0].LivenessWrites = 15 // the leader-election Lease (measureWindow counts them)
+	r.Tunnel = &TunnelResult{BulkSeconds: 5, RoundTrips: 1000, MessageBytes: 64, Paths: []TunnelPath{
+		{Name: pathTunnel, Bytes: 500e6, Seconds: 5, MBPerSecond: 100, RTTMicroseconds: Summary{N: 1000, P50: 200, P99: 400, Max: 900}},
+		{Name: pathVeth, Bytes: 10e9, Seconds: 5, MBPerSecond: 2000, RTTMicroseconds: Summary{N: 1000, P50: 20, P99: 50, Max: 100}},
+	}}
 	return r
 }
 
@@ -59,7 +69,7 @@ func TestEvaluate(t *testing.T) {
 		keyRecovery:  "dead 2.50 s, hung 1.90 s => yes",
 		keyUnpeer:    "N=10 3.0 s, N=100 6.0 s => yes",
 		keyRSS:       "200 MiB => **no**",
-		keyWrites:    "consumer 0.50/s, provider 0.00/s => **no**",
+		keyWrites:    "consumer 0.10/s, provider 0.00/s; liveness writes besides: consumer 0.50/s, provider 0.00/s => **no**",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("targets (-want +got):\n%s", diff)
@@ -82,13 +92,18 @@ func TestMarkdown(t *testing.T) {
 	for _, want := range []string{
 		"| what | how | result | target | met? |",
 		"### Missed targets",
-		"| 1000 | offloaded | 3 | 16.50 | 18.00 | 1.00 | 60.6 | **1.50** |",
+		"| 1000 | offloaded | 3 | 16.50 | 18.00 | 1.00 | 60.6 | 33.0 | 99% | **1.50** | 1.50 |",
+		"were 98% busy during the direct trials and 99% during the offloaded ones",
 		"| dead | 3 | 3.00 | 3.00 | 3.00 | 5.00 |",
 		"| 100 | 1 | 6.00 | 6.00 | 6.00 | 6.00 |",
 		"| consumer (alpha) | 1000 | 200.0 |",
-		"| consumer (alpha) | 1000 | 0.50 | 15 | PUT on alpha: 15 |",
+		"| consumer (alpha) | 1000 | 0.60 | 0.50 | 0.10 | 18 | PUT on alpha: 18 |",
+		"The writes that remain, by object (from the API servers' watches; see Status churn): 3× modified a peer's status",
+		"Liveness writes in the window with 1000 offloaded pods: 15× modified the agent's leader-election Lease",
 		"| alpha | leases.coordination.k8s.io | the agent's leader-election Lease | modified | annex-agent Update | 15 | annex-system/annex-agent ×15 |",
 		"No other cluster ran",
+		"| Annex tunnel (annex-gateway, WireGuard) | 100.0 | 200 | 400 | 900 |",
+		"| **tunnel / veth** | **0.05** | **10.0** | 8.0 | |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)
@@ -177,5 +192,54 @@ func TestRender(t *testing.T) {
 	data, _ = os.ReadFile(path)
 	if err := json.Unmarshal(data, back); err != nil || len(back.Targets) != 6 || len(back.Bursts) != len(r.Bursts) {
 		t.Errorf("rewritten JSON: %v, %d targets", err, len(back.Targets))
+	}
+}
+
+func TestLiveness(t *testing.T) {
+	lease := ObjectChanges{Cluster: "beta", Resource: "leases.coordination.k8s.io", Event: "MODIFIED", Writer: "Go-http-client Update",
+		Meaning: meaning("leases.coordination.k8s.io", "annex-tenant-alpha/annex-consumer-heartbeat")}
+	if !liveness(lease) || writerCluster(lease) != consumerName {
+		t.Errorf("the consumer's heartbeat Lease: liveness %v, written by %s", liveness(lease), writerCluster(lease))
+	}
+	created := lease
+	created.Event = "ADDED"
+	if !liveness(created) {
+		t.Error("the heartbeat Lease's creation (its first renewal) is not liveness")
+	}
+	status := ObjectChanges{Cluster: "alpha", Resource: "nodes", Event: "MODIFIED", Writer: "annex-virtual-node Update status", Meaning: meaningVirtualNodeStatus}
+	kwok := ObjectChanges{Cluster: "beta", Resource: "leases.coordination.k8s.io", Event: "MODIFIED", Writer: "kwok Update", Meaning: "a kwok node's Lease"}
+	if liveness(status) || liveness(kwok) {
+		t.Error("a node status change or a kwok Lease counted as Annex's liveness")
+	}
+	status.Meaning = meaningVirtualNodeHeartbeat
+	if !liveness(status) || writerCluster(status) != "alpha" {
+		t.Error("a heartbeat-only status write of a virtual node is liveness of the consumer's agent")
+	}
+}
+
+func TestHeartbeatOnly(t *testing.T) {
+	node := func(rv, heartbeat, ready string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": "annex-beta", "resourceVersion": rv},
+			"status": map[string]any{"conditions": []any{map[string]any{
+				"type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat}}},
+		}}
+	}
+	a := node("1", "2026-01-01T00:00:00Z", "True")
+	if !heartbeatOnly(a, node("2", "2026-01-01T00:05:00Z", "True")) {
+		t.Error("a new lastHeartbeatTime only: want heartbeat only")
+	}
+	if heartbeatOnly(a, node("2", "2026-01-01T00:05:00Z", "False")) {
+		t.Error("Ready changed: want more than a heartbeat")
+	}
+	if a.Object["metadata"].(map[string]any)["resourceVersion"] != "1" {
+		t.Error("heartbeatOnly changed its argument")
+	}
+}
+
+func TestMarkdownTunnelNotMeasured(t *testing.T) {
+	r := &Results{Config: presets["small"], Tunnel: &TunnelResult{NotMeasured: "needs root (CAP_NET_ADMIN)"}}
+	if md := markdown(r, t.TempDir()); !strings.Contains(md, "## Pod-to-pod tunnel\n\nNot measured: needs root (CAP_NET_ADMIN).") {
+		t.Errorf("Markdown without the tunnel's reason:\n%s", md)
 	}
 }

@@ -21,6 +21,7 @@ type Results struct {
 	Failures    []FailureTrial `json:"failures,omitempty"`
 	Unpeers     []UnpeerTrial  `json:"unpeers,omitempty"`
 	Windows     []IdleWindow   `json:"windows,omitempty"`
+	Tunnel      *TunnelResult  `json:"tunnel,omitempty"`
 	Profiles    []Profile      `json:"profiles,omitempty"`
 	Errors      []string       `json:"errors,omitempty"`
 	// Notes is what a person wrote about the run (-notes).
