@@ -16,8 +16,10 @@
 package gateway
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -116,13 +118,27 @@ type Transit struct {
 
 // Config is everything a gateway programs.
 type Config struct {
-	Links []Link `json:"links"`
+	// Accept are the destinations, in this cluster's own addresses, that
+	// a peer may open connections to: this cluster's pod CIDR. Packets of
+	// new connections arriving from a link for anything else (but the
+	// transit addresses of other links) are dropped, so a peer cannot
+	// reach the gateway's node, its other networks, or, through this
+	// cluster, another peer's pods it was not given a transit address of.
+	Accept []netip.Prefix `json:"accept"`
+	Links  []Link         `json:"links"`
 }
 
 var peerName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
-// Validate checks c before anything is programmed.
+// Validate checks c before anything is programmed. The gateway translates
+// IPv4 only: every prefix and address must be IPv4.
 func (c *Config) Validate() error {
+	if len(c.Links) > 0 && len(c.Accept) == 0 {
+		return errors.New("accept: no destinations a peer may reach (this cluster's pod CIDR)")
+	}
+	if err := checkPrefixes("accept", c.Accept); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
 	ports := map[int]bool{}
 	for _, l := range c.Links {
@@ -135,8 +151,20 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("link %q: listenPort %d is invalid or used twice", l.Peer, l.ListenPort)
 		case !l.PeerEndpoint.IsValid():
 			return fmt.Errorf("link %q: peerEndpoint is required", l.Peer)
+		case !l.PeerEndpoint.Addr().Is4():
+			return fmt.Errorf("link %q: peerEndpoint %s is not an IPv4 address and port", l.Peer, l.PeerEndpoint)
+		case l.PrivateKey == Key{} || l.PeerPublicKey == Key{}:
+			return fmt.Errorf("link %q: privateKey and peerPublicKey are required", l.Peer)
 		case len(l.Routes) == 0:
 			return fmt.Errorf("link %q: no routes", l.Peer)
+		case len(l.AllowedSources) == 0:
+			return fmt.Errorf("link %q: no allowedSources", l.Peer)
+		}
+		if err := checkPrefixes(fmt.Sprintf("link %q: routes", l.Peer), l.Routes); err != nil {
+			return err
+		}
+		if err := checkPrefixes(fmt.Sprintf("link %q: allowedSources", l.Peer), l.AllowedSources); err != nil {
+			return err
 		}
 		if len(l.Transit) > 0 && !l.Masquerade.Is4() {
 			return fmt.Errorf("link %q: transit addresses need an IPv4 masquerade address", l.Peer)
@@ -155,6 +183,32 @@ func (c *Config) Validate() error {
 		ports[l.ListenPort] = true
 	}
 	return nil
+}
+
+// checkPrefixes fails unless every prefix of ps is a valid IPv4 prefix.
+func checkPrefixes(what string, ps []netip.Prefix) error {
+	for _, p := range ps {
+		if !p.IsValid() || !p.Addr().Is4() {
+			return fmt.Errorf("%s: %s is not an IPv4 prefix", what, p)
+		}
+	}
+	return nil
+}
+
+// ParseConfig decodes a Config from JSON, refusing unknown fields (a
+// misspelt field would otherwise be silently ignored) and trailing data,
+// and validates it.
+func ParseConfig(data []byte) (Config, error) {
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, err
+	}
+	if dec.More() {
+		return Config{}, errors.New("data after the configuration")
+	}
+	return c, c.Validate()
 }
 
 // devicePrefix starts the name of every link's device.

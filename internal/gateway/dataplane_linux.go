@@ -97,6 +97,11 @@ func (d *Dataplane) Apply(c Config) error {
 			d.removeLink(name, w.link)
 		}
 	}
+	// Rules and tables of links that are gone although this process never
+	// had their device: a predecessor's, killed before it could remove them.
+	if err := pruneRouting(ids); err != nil {
+		errs = append(errs, err)
+	}
 	if err := programNAT(c); err != nil {
 		errs = append(errs, fmt.Errorf("nftables: %w", err))
 	}
@@ -110,13 +115,7 @@ func (d *Dataplane) Close() error {
 	for name, w := range d.devices {
 		d.removeLink(name, w.link)
 	}
-	return deleteTable()
-}
-
-// Stats reports a link's WireGuard state.
-type Stats struct {
-	LastHandshakeUnix int64
-	RxBytes, TxBytes  int64
+	return errors.Join(pruneRouting(nil), deleteTable())
 }
 
 // Stats returns the state of the link with peer, false when it has none.
@@ -214,17 +213,26 @@ func destinations(l Link) []netip.Prefix {
 }
 
 // ensureRouting installs the link's policy routing: packets marked for the
-// link look up its table, whose only route is the device.
+// link look up its table, whose routes are the device and, behind it, an
+// unreachable route. The device goes with the process that holds it (a
+// killed gateway); the rule, the table and the translation stay, and
+// without the unreachable route a packet translated into the peer's own
+// addresses would fall through to the main table and reach whatever this
+// cluster has at that address (with overlapping pod CIDRs, one of its own
+// pods).
 func ensureRouting(name string, l Link) error {
 	nl, err := netlink.LinkByName(name)
 	if err != nil {
 		return err
 	}
 	id := linkID(l.Peer)
-	route := &netlink.Route{LinkIndex: nl.Attrs().Index, Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)},
+	route := &netlink.Route{LinkIndex: nl.Attrs().Index, Dst: defaultDst(),
 		Table: int(tableBase + id), Scope: netlink.SCOPE_LINK}
 	if err := netlink.RouteReplace(route); err != nil {
 		return fmt.Errorf("route in table %d: %w", tableBase+id, err)
+	}
+	if err := netlink.RouteReplace(unreachableRoute(id)); err != nil {
+		return fmt.Errorf("unreachable route in table %d: %w", tableBase+id, err)
 	}
 	rule := markRule(id)
 	rules, err := netlink.RuleList(unix.AF_INET)
@@ -237,6 +245,44 @@ func ensureRouting(name string, l Link) error {
 		}
 	}
 	return netlink.RuleAdd(rule)
+}
+
+func defaultDst() *net.IPNet { return &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)} }
+
+// unreachableMetric puts a link table's unreachable route behind its
+// device's route (metric 0).
+const unreachableMetric = 4096
+
+func unreachableRoute(id uint32) *netlink.Route {
+	return &netlink.Route{Dst: defaultDst(), Table: int(tableBase + id), Type: unix.RTN_UNREACHABLE,
+		Priority: unreachableMetric, Family: unix.AF_INET}
+}
+
+// pruneRouting removes the policy rules and routing tables of links whose
+// ID is not in keep: every rule of the gateway's priority whose mark lies
+// in its range, and the routes of the table it points to.
+func pruneRouting(keep map[uint32]string) error {
+	rules, err := netlink.RuleList(unix.AF_INET)
+	if err != nil {
+		return fmt.Errorf("list policy rules: %w", err)
+	}
+	var errs []error
+	for _, r := range rules {
+		id := r.Mark - markBase
+		if r.Priority != rulePrio || r.Mark>>16 != markBase>>16 || id == 0 || id > 0x8000 {
+			continue
+		}
+		if _, ok := keep[id]; ok {
+			continue
+		}
+		if err := netlink.RuleDel(markRule(id)); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("delete policy rule of mark %#x: %w", r.Mark, err))
+		}
+		if err := netlink.RouteDel(unreachableRoute(id)); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("delete unreachable route of table %d: %w", tableBase+id, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func markRule(id uint32) *netlink.Rule {
@@ -255,13 +301,16 @@ func (d *Dataplane) removeLink(name string, l Link) {
 		delete(d.devices, name)
 	}
 	_ = netlink.RuleDel(markRule(linkID(l.Peer)))
+	_ = netlink.RouteDel(unreachableRoute(linkID(l.Peer)))
 	d.log.Info("Removed link", "device", name, "peer", l.Peer)
 }
 
 // programNAT rebuilds the table in one transaction:
 //
-//   - chain "mark" (prerouting, before destination NAT) chooses the link a
-//     packet leaves by. A reply takes the link its connection came in
+//   - chain "mark" (prerouting, before destination NAT) first drops, by
+//     chain "inbound", what arrives from a link to open a connection to
+//     anything but c.Accept or a transit address (replies pass); then it
+//     chooses the link a packet leaves by. A reply takes the link its connection came in
 //     from (remembered in the connection's mark), or none: a reply to a
 //     connection this cluster started is translated back into this
 //     cluster's own addresses and routed normally. Any other packet takes
@@ -294,6 +343,7 @@ func programNAT(c Config) error {
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
 	snat := n.AddChain(&nftables.Chain{Name: "snat", Table: tbl, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	inbound := n.AddChain(&nftables.Chain{Name: "inbound", Table: tbl})
 	add := func(ch *nftables.Chain, exprs ...expr.Any) {
 		n.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: exprs})
 	}
@@ -304,6 +354,21 @@ func programNAT(c Config) error {
 		&expr.Ct{Key: expr.CtKeyMARK, Register: 1},
 		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
 		&expr.Verdict{Kind: expr.VerdictAccept})
+	// The rest of a connection that came in through a link: only the
+	// destinations it may reach.
+	add(mark,
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(devicePrefix)}, // any link's device
+		&expr.Verdict{Kind: expr.VerdictJump, Chain: inbound.Name})
+	for _, p := range c.Accept {
+		add(inbound, append(matchPrefix(16, p), &expr.Verdict{Kind: expr.VerdictReturn})...)
+	}
+	for _, l := range c.Links {
+		for _, t := range l.Transit {
+			add(inbound, append(matchPrefix(16, netip.PrefixFrom(t.Address, 32)), &expr.Verdict{Kind: expr.VerdictReturn})...)
+		}
+	}
+	add(inbound, &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
 	for _, l := range c.Links {
 		id := markBase + linkID(l.Peer)
 		dev := DeviceName(l.Peer)

@@ -13,6 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/nftables"
 )
 
 // The test binary doubles as the pods' HTTP server and client, run inside
@@ -43,9 +46,11 @@ func TestMain(m *testing.M) {
 }
 
 // topology is two clusters, a and b, with the same pod CIDR 10.200.0.0/24:
-// each has a router namespace (its gateway) and one pod namespace at
-// 10.200.0.5; the routers share an underlay veth (192.0.2.0/30). a sees b's
-// pods as 100.64.0.0/24, b sees a's as 100.65.0.0/24.
+// each has a router namespace (its gateway) and a pod namespace at
+// 10.200.0.5, and a has a second pod at 10.200.0.6 (pa2: an address b does
+// not have, so a packet that a's router translates into b's addresses but
+// then delivers locally is answered by it); the routers share an underlay
+// veth (192.0.2.0/30).
 type topology struct {
 	t      *testing.T
 	prefix string
@@ -82,11 +87,11 @@ func newTopology(t *testing.T) *topology {
 		t.Fatalf("build annex-gateway: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {
-		for _, n := range []string{"ra", "rb", "pa", "pb"} {
+		for _, n := range []string{"ra", "rb", "pa", "pb", "pa2"} {
 			_ = exec.Command("ip", "netns", "del", tp.ns(n)).Run()
 		}
 	})
-	for _, n := range []string{"ra", "rb", "pa", "pb"} {
+	for _, n := range []string{"ra", "rb", "pa", "pb", "pa2"} {
 		tp.ip("netns", "add", tp.ns(n))
 		tp.ip("-n", tp.ns(n), "link", "set", "lo", "up")
 	}
@@ -113,7 +118,104 @@ func newTopology(t *testing.T) *topology {
 		}
 		t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
 	}
+	// pa2, on a's router by its own veth and a host route.
+	ra, pa2 := tp.ns("ra"), tp.ns("pa2")
+	tp.ip("link", "add", "eth0", "netns", pa2, "type", "veth", "peer", "name", "pod1", "netns", ra)
+	tp.ip("-n", pa2, "addr", "add", "10.200.0.6/32", "dev", "eth0")
+	tp.ip("-n", pa2, "link", "set", "eth0", "up")
+	tp.ip("-n", pa2, "route", "add", "10.200.0.1/32", "dev", "eth0")
+	tp.ip("-n", pa2, "route", "add", "default", "via", "10.200.0.1")
+	tp.ip("-n", ra, "link", "set", "pod1", "up")
+	tp.ip("-n", ra, "route", "add", "10.200.0.6/32", "dev", "pod1")
+	self, _ := os.Executable()
+	srv := tp.in("pa2", self)
+	srv.Env = append(os.Environ(), helperEnv+"=serve=10.200.0.6:8080|pod a2")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
 	return tp
+}
+
+// nftRules counts the rules of the gateway's table in namespace ns, by
+// chain (nil when there is no table).
+func (tp *topology) nftRules(ns string) map[string]int {
+	tp.t.Helper()
+	f, err := os.Open(filepath.Join("/run/netns", tp.ns(ns)))
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	defer f.Close()
+	n, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	chains, err := n.ListChains()
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	var out map[string]int
+	for _, c := range chains {
+		if c.Table.Name != TableName || c.Table.Family != nftables.TableFamilyIPv4 {
+			continue
+		}
+		rules, err := n.GetRules(c.Table, c)
+		if err != nil {
+			tp.t.Fatal(err)
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[c.Name] = len(rules)
+	}
+	return out
+}
+
+// routing is what namespace ns has of the link with peer: its policy
+// rules and the routes of its table.
+func (tp *topology) routing(ns, peer string) (rules int, routes string) {
+	tp.t.Helper()
+	out, err := tp.in(ns, "ip", "rule").CombinedOutput()
+	if err != nil {
+		tp.t.Fatalf("ip rule: %v\n%s", err, out)
+	}
+	rules = strings.Count(string(out), fmt.Sprintf("fwmark %#x", markBase+linkID(peer)))
+	out, _ = tp.in(ns, "ip", "route", "show", "table", fmt.Sprint(tableBase+linkID(peer))).CombinedOutput()
+	return rules, strings.TrimSpace(string(out))
+}
+
+// writeConfig replaces the configuration file of router r (the running
+// gateway applies it within its interval).
+func (tp *topology) writeConfig(r string, cfg Config) string {
+	tp.t.Helper()
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	conf := filepath.Join(tp.dir, r+".json")
+	if err := os.WriteFile(conf+".tmp", data, 0o600); err != nil {
+		tp.t.Fatal(err)
+	}
+	if err := os.Rename(conf+".tmp", conf); err != nil {
+		tp.t.Fatal(err)
+	}
+	return conf
+}
+
+// eventually polls cond for up to 30 s.
+func (tp *topology) eventually(what string, cond func() error) {
+	tp.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tp.t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // get fetches url from inside pod namespace ns.
@@ -147,14 +249,7 @@ type gatewayProc struct {
 
 func (tp *topology) startGateway(r string, cfg Config) *gatewayProc {
 	tp.t.Helper()
-	data, err := json.Marshal(cfg)
-	if err != nil {
-		tp.t.Fatal(err)
-	}
-	conf := filepath.Join(tp.dir, r+".json")
-	if err := os.WriteFile(conf, data, 0o600); err != nil {
-		tp.t.Fatal(err)
-	}
+	conf := tp.writeConfig(r, cfg)
 	g := &gatewayProc{status: filepath.Join(tp.dir, r+"-status.json")}
 	g.cmd = tp.in(r, tp.gwBin, "--config", conf, "--status", g.status, "--interval", "500ms")
 	g.cmd.Stderr = os.Stderr
@@ -180,32 +275,20 @@ func (g *gatewayProc) stop(sig syscall.Signal) {
 	}
 }
 
-func mustKey(t *testing.T) (Key, Key) {
-	t.Helper()
-	priv, err := GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := priv.Public()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return priv, pub
-}
-
 func TestTunnelWithOverlappingCIDRs(t *testing.T) {
 	tp := newTopology(t)
 	p := netip.MustParsePrefix
 	aPriv, aPub := mustKey(t)
 	bPriv, bPub := mustKey(t)
 	// Both sides remap the other to the same range, as alpha and gamma do
-	// in the sandbox: replies must not be sent back into the tunnel.
+	// in the sandbox: replies must not be sent back into the tunnel. a
+	// lets b reach its pod 10.200.0.5 only, at first.
 	own, aView, bView := p("10.200.0.0/24"), p("100.64.0.0/24"), p("100.64.0.0/24")
-	cfgA := Config{Links: []Link{{Peer: "b", ListenPort: 51820, PrivateKey: aPriv, PeerPublicKey: bPub,
+	cfgA := Config{Accept: []netip.Prefix{p("10.200.0.5/32")}, Links: []Link{{Peer: "b", ListenPort: 51820, PrivateKey: aPriv, PeerPublicKey: bPub,
 		PeerEndpoint: netip.MustParseAddrPort("192.0.2.2:51820"), Routes: []netip.Prefix{aView},
 		DNAT: []Netmap{{From: aView, To: own}}, SNAT: []Netmap{{From: own, To: bView}},
 		AllowedSources: []netip.Prefix{own, aView}}}}
-	cfgB := Config{Links: []Link{{Peer: "a", ListenPort: 51820, PrivateKey: bPriv, PeerPublicKey: aPub,
+	cfgB := Config{Accept: []netip.Prefix{own}, Links: []Link{{Peer: "a", ListenPort: 51820, PrivateKey: bPriv, PeerPublicKey: aPub,
 		PeerEndpoint: netip.MustParseAddrPort("192.0.2.1:51820"), Routes: []netip.Prefix{bView},
 		DNAT: []Netmap{{From: bView, To: own}}, SNAT: []Netmap{{From: own, To: aView}},
 		AllowedSources: []netip.Prefix{own, bView}}}}
@@ -233,28 +316,81 @@ func TestTunnelWithOverlappingCIDRs(t *testing.T) {
 		}
 	}
 
-	// A gateway that dies leaves its rules; the restarted one replaces them
-	// without duplicates and the traffic flows again.
+	// b may not open connections to what a does not accept (pa2); once a
+	// accepts its whole pod CIDR, the running gateway lets b in.
+	if got, err := tp.get("pb", "http://100.64.0.6:8080/"); err == nil {
+		t.Errorf("b reached a's pod 10.200.0.6, which a does not accept: %q", got)
+	}
+	cfgA.Accept = []netip.Prefix{own}
+	tp.writeConfig("ra", cfgA)
+	tp.eventuallyGet("pb", "http://100.64.0.6:8080/", "pod a2")
+	before := tp.nftRules("ra")
+
+	// A gateway that dies leaves its rules; nothing it translated into b's
+	// addresses is delivered here meanwhile (pa2 has the address pa asks
+	// b for); the restarted one replaces them without duplicates and the
+	// traffic flows again.
 	ga.stop(syscall.SIGKILL)
-	if _, err := tp.get("pa", "http://100.64.0.5:8080/"); err == nil {
-		t.Error("traffic flowed with a's gateway dead")
+	if got, err := tp.get("pa", "http://100.64.0.5:8080/"); err == nil {
+		t.Errorf("traffic flowed with a's gateway dead: %q", got)
 	}
-	tp.startGateway("ra", cfgA)
+	if got, err := tp.get("pa", "http://100.64.0.6:8080/"); err == nil {
+		t.Errorf("with a's gateway dead, a packet for b's 10.200.0.6 was delivered to a's own pod: %q", got)
+	}
+	ga = tp.startGateway("ra", cfgA)
 	tp.eventuallyGet("pa", "http://100.64.0.5:8080/", "pod b")
-	out, err := tp.in("ra", "ip", "rule").CombinedOutput()
-	if err != nil {
-		t.Fatal(err)
+	if rules, _ := tp.routing("ra", "b"); rules != 1 {
+		t.Errorf("%d policy rules for the link after the restart, want 1", rules)
 	}
-	if n := strings.Count(string(out), fmt.Sprintf("fwmark %#x", markBase+linkID("b"))); n != 1 {
-		t.Errorf("%d policy rules for the link after the restart, want 1:\n%s", n, out)
+	if diff := cmp.Diff(before, tp.nftRules("ra")); diff != "" {
+		t.Errorf("nftables rules after the restart (-before +after):\n%s", diff)
 	}
 
-	// A clean stop removes the device and the policy rule.
+	// A link removed while its gateway was down: the next gateway removes
+	// the rule and the table its predecessor left.
+	ga.stop(syscall.SIGKILL)
+	ga = tp.startGateway("ra", Config{Links: []Link{}})
+	tp.eventually("a's routing of the removed link gone", func() error {
+		if rules, routes := tp.routing("ra", "b"); rules != 0 || routes != "" {
+			return fmt.Errorf("%d rules, routes %q", rules, routes)
+		}
+		return nil
+	})
+	if got, err := tp.get("pa", "http://100.64.0.5:8080/"); err == nil {
+		t.Errorf("a reached b after the link was removed: %q", got)
+	}
+
+	// A link removed while the gateway runs: its device and routing go.
+	if rules, routes := tp.routing("rb", "a"); rules != 1 || !strings.Contains(routes, "unreachable default") {
+		t.Errorf("b's routing of the link: %d rules, routes %q; want 1 rule and an unreachable fallback", rules, routes)
+	}
+	tp.writeConfig("rb", Config{Links: []Link{}})
+	tp.eventually("b's link removed", func() error {
+		if out, err := tp.in("rb", "ip", "link", "show", DeviceName("a")).CombinedOutput(); err == nil {
+			return fmt.Errorf("device still there:\n%s", out)
+		}
+		if rules, routes := tp.routing("rb", "a"); rules != 0 || routes != "" {
+			return fmt.Errorf("%d rules, routes %q", rules, routes)
+		}
+		return nil
+	})
+
+	// A clean stop removes the table.
+	tp.writeConfig("rb", cfgB)
+	tp.eventually("b's link back", func() error {
+		if rules, _ := tp.routing("rb", "a"); rules != 1 {
+			return fmt.Errorf("%d rules", rules)
+		}
+		return nil
+	})
 	gb.stop(syscall.SIGTERM)
 	if out, err := tp.in("rb", "ip", "link", "show", DeviceName("a")).CombinedOutput(); err == nil {
 		t.Errorf("device %s still there after the gateway stopped:\n%s", DeviceName("a"), out)
 	}
-	if out, _ := tp.in("rb", "ip", "rule").CombinedOutput(); strings.Contains(string(out), fmt.Sprintf("fwmark %#x", markBase+linkID("a"))) {
-		t.Errorf("policy rule still there after the gateway stopped:\n%s", out)
+	if rules, routes := tp.routing("rb", "a"); rules != 0 || routes != "" {
+		t.Errorf("after the gateway stopped: %d policy rules, routes %q", rules, routes)
+	}
+	if got := tp.nftRules("rb"); got != nil {
+		t.Errorf("nftables table still there after the gateway stopped: %v", got)
 	}
 }

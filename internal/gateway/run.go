@@ -18,6 +18,12 @@ type Applier interface {
 	Close() error
 }
 
+// Stats reports a link's WireGuard state.
+type Stats struct {
+	LastHandshakeUnix int64
+	RxBytes, TxBytes  int64
+}
+
 // LinkStatus is one link's entry in the status file.
 type LinkStatus struct {
 	Peer          string    `json:"peer"`
@@ -53,8 +59,8 @@ func Run(ctx context.Context, log logr.Logger, dp Applier, configPath, statusPat
 			}
 			appliedAt = time.Now()
 		case !bytes.Equal(data, applied):
-			var next Config
-			if err := json.Unmarshal(data, &next); err != nil {
+			next, err := ParseConfig(data)
+			if err != nil {
 				log.Error(err, "Invalid configuration", "path", configPath)
 				break
 			}

@@ -255,7 +255,10 @@ func TestDataPlane(t *testing.T) {
 	if e, err := get(fromAlpha, onGamma.Status.PodIP); err == nil {
 		t.Errorf("alpha reached gamma with its gateway dead (answered by %s/%s)", e.Cluster, e.Pod)
 	}
-	reach("beta's pod reaches gamma's pod directly, alpha's gateway dead", fromBeta, direct, "gamma", onGamma.Name)
+	// At once, not eventually: the link does not go through alpha.
+	if e, err := get(fromBeta, direct); err != nil || e.Cluster != "gamma" || e.Pod != onGamma.Name {
+		t.Errorf("beta → gamma directly with alpha's gateway dead: answered by %s/%s, %v; want gamma/%s", e.Cluster, e.Pod, err, onGamma.Name)
+	}
 	eventually(t, 30*time.Second, "alpha's link to gamma reported GatewayDown", func() error {
 		nc := &networkingv1alpha1.NetworkConfiguration{}
 		if err := ca.Get(ctx, client.ObjectKeyFromObject(alphaGamma), nc); err != nil {

@@ -2,6 +2,7 @@ package gatewayconfig
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -118,6 +119,9 @@ func TestRender(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.wantSkipped, skipped); diff != "" {
 				t.Errorf("skipped (-want +got):\n%s", diff)
+			}
+			if want := []netip.Prefix{local.PodCIDR}; !slices.Equal(got.Accept, want) {
+				t.Errorf("accept %v, want %v (this cluster's pod CIDR)", got.Accept, want)
 			}
 			if err := got.Validate(); err != nil {
 				t.Errorf("rendered configuration is invalid: %v", err)
