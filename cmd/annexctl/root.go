@@ -71,6 +71,8 @@ over a different Annex version or to change an installed cluster's ID.`,
 	f.StringVar(&o.ExternalCIDR, "external-cidr", o.ExternalCIDR, "CIDR from which this cluster gives addresses to remote pods it exposes to its peers")
 	f.BoolVar(&o.LocalAgent, "local-agent", o.LocalAgent, "do not deploy the agent: it runs as a local process (as in the sandbox)")
 	f.StringVar(&o.Image, "image", o.Image, "annex-agent container image (build it from the repository's Dockerfile)")
+	f.StringVar(&o.GatewayEndpoint, "gateway-endpoint", "", "run annex-gateway in the agent's pod, on the host network of the gateway node, whose IPv4 address this is: the peers' gateways send their UDP (51820 and up) there (the node needs IPv4 forwarding and routes to it from every node: docs/network.md)")
+	f.StringVar(&o.GatewayNode, "gateway-node", "", "the node the agent and its gateway run on (with --gateway-endpoint; default: any)")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
 	return cmd
 }

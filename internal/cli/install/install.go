@@ -4,6 +4,7 @@
 package install
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,7 +44,12 @@ type Options struct {
 	// (the sandbox) or is managed by something else.
 	LocalAgent bool
 	Image      string
-	Timeout    time.Duration
+	// GatewayEndpoint, when set, runs annex-gateway next to the agent (see
+	// Deployment): the IPv4 address of the gateway node at which the peers'
+	// gateways reach it. GatewayNode pins the pod to that node.
+	GatewayEndpoint string
+	GatewayNode     string
+	Timeout         time.Duration
 }
 
 // DefaultOptions are the defaults of the CLI flags.
@@ -86,6 +92,17 @@ func (o Options) Validate() error {
 	}
 	if !o.LocalAgent && o.Image == "" {
 		return errors.New("--image is required unless --local-agent is set")
+	}
+	if o.GatewayEndpoint != "" {
+		if a, err := netip.ParseAddr(o.GatewayEndpoint); err != nil || !a.Is4() {
+			return fmt.Errorf("--gateway-endpoint %q: the IPv4 address of the gateway node that the peers' gateways reach", o.GatewayEndpoint)
+		}
+		if o.LocalAgent {
+			return errors.New("--gateway-endpoint deploys the gateway with the agent: it cannot be combined with --local-agent (run annex-gateway yourself and give the agent --gateway-config)")
+		}
+	}
+	if o.GatewayNode != "" && o.GatewayEndpoint == "" {
+		return errors.New("--gateway-node needs --gateway-endpoint (the address of that node)")
 	}
 	return nil
 }
@@ -166,10 +183,14 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 	if o.LocalAgent {
 		s.Step("no agent Deployment (--local-agent): run annex-agent yourself with the annex-agent ServiceAccount's credentials")
 	} else {
-		if err := applyTyped(ctx, c.Client, Deployment(o.Image)); err != nil {
+		if err := applyTyped(ctx, c.Client, Deployment(o.Image, Gateway{Endpoint: o.GatewayEndpoint, Node: o.GatewayNode})); err != nil {
 			return err
 		}
 		s.Step("agent Deployment %s/annex-agent with image %s", corev1alpha1.AgentNamespace, o.Image)
+		if o.GatewayEndpoint != "" {
+			s.Step("annex-gateway next to the agent on the host network of %s, reached by peers at %s (UDP from %d)",
+				cmp.Or(o.GatewayNode, "the node it is scheduled on"), o.GatewayEndpoint, gatewayFirstPort)
+		}
 	}
 	fmt.Fprintf(s.Out, "Annex %s is installed in %s as cluster %q.\n", version.Version, c.Host, clusterID)
 	return nil
@@ -244,36 +265,102 @@ func applyTyped(ctx context.Context, c client.Client, obj client.Object) error {
 	return err
 }
 
-// Deployment is the agent's in-cluster Deployment.
-func Deployment(image string) *appsv1.Deployment {
+// Gateway says whether and where the agent's pod runs annex-gateway.
+type Gateway struct {
+	Endpoint string // "" for no gateway
+	Node     string // "" for any node
+}
+
+// Ports of the agent in a pod on the host network, clear of a kubelet's
+// (10250) and of the usual 8080/8081.
+const (
+	hostMetricsPort  = 9880
+	hostHealthPort   = 9881
+	hostKubeletPort  = 10260
+	gatewayFirstPort = 51820
+	gatewayDir       = "/run/annex-gateway"
+)
+
+// Deployment is the agent's in-cluster Deployment. The agent advertises
+// its pod's IP as the virtual nodes' address, where the API server reaches
+// their kubelet endpoint (logs, exec).
+//
+// With a gateway, the pod runs on the host network of the gateway node
+// (gw.Node, or wherever it is scheduled) and holds a second container,
+// annex-gateway from the same image, as root with NET_ADMIN and the
+// node's /dev/net/tun; the two share the gateway's file and status file
+// through an emptyDir. The agent's ports move off the kubelet's. The node
+// needs IPv4 forwarding on, and routes from every node to it (docs/network.md,
+// "What a real cluster needs").
+func Deployment(image string, gw Gateway) *appsv1.Deployment {
 	labels := map[string]string{"app.kubernetes.io/name": "annex-agent"}
 	replicas := int32(1)
-	nonRoot := true
+	nonRoot, root, f := true, false, false
+	zero, one := intstr.FromInt32(0), intstr.FromInt32(1)
+	metricsPort, healthPort, kubeletPort := int32(8080), int32(8081), int32(10250)
+	if gw.Endpoint != "" {
+		metricsPort, healthPort, kubeletPort = hostMetricsPort, hostHealthPort, hostKubeletPort
+	}
+	args := []string{"--namespace=" + corev1alpha1.AgentNamespace, "--virtual-node-ip=$(POD_IP)",
+		fmt.Sprintf("--metrics-bind-address=:%d", metricsPort), fmt.Sprintf("--health-probe-bind-address=:%d", healthPort),
+		fmt.Sprintf("--kubelet-port=%d", kubeletPort)}
+	agent := corev1.Container{
+		Name:  "agent",
+		Image: image,
+		Env: []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}},
+		Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: metricsPort}, {Name: "health", ContainerPort: healthPort},
+			{Name: "kubelet", ContainerPort: kubeletPort}},
+		SecurityContext: &corev1.SecurityContext{RunAsNonRoot: &nonRoot, AllowPrivilegeEscalation: &f},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: "/readyz", Port: intstr.FromString("health"),
+		}}},
+		LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: "/healthz", Port: intstr.FromString("health"),
+		}}},
+	}
+	pod := corev1.PodSpec{ServiceAccountName: "annex-agent"}
+	if gw.Endpoint != "" {
+		agent.Args = append(args, "--gateway-config="+gatewayDir+"/config.json", "--gateway-status="+gatewayDir+"/status.json",
+			"--gateway-endpoint="+gw.Endpoint)
+		mount := corev1.VolumeMount{Name: "gateway", MountPath: gatewayDir}
+		agent.VolumeMounts = []corev1.VolumeMount{mount}
+		uid := int64(0)
+		chardev := corev1.HostPathCharDev
+		gateway := corev1.Container{
+			Name:    "gateway",
+			Image:   image,
+			Command: []string{"/annex-gateway", "--config=" + gatewayDir + "/config.json", "--status=" + gatewayDir + "/status.json"},
+			SecurityContext: &corev1.SecurityContext{RunAsUser: &uid, RunAsNonRoot: &root, AllowPrivilegeEscalation: &f,
+				Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}, Drop: []corev1.Capability{"ALL"}}},
+			VolumeMounts: []corev1.VolumeMount{mount, {Name: "tun", MountPath: "/dev/net/tun"}},
+		}
+		pod.Containers = []corev1.Container{agent, gateway}
+		pod.HostNetwork = true
+		pod.DNSPolicy = corev1.DNSClusterFirstWithHostNet
+		pod.Volumes = []corev1.Volume{
+			{Name: "gateway", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "tun", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/net/tun", Type: &chardev}}},
+		}
+		if gw.Node != "" {
+			pod.NodeSelector = map[string]string{corev1.LabelHostname: gw.Node}
+		}
+	} else {
+		agent.Args = args
+		pod.Containers = []corev1.Container{agent}
+	}
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{Name: "annex-agent", Namespace: corev1alpha1.AgentNamespace, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					ServiceAccountName: "annex-agent",
-					SecurityContext:    &corev1.PodSecurityContext{RunAsNonRoot: &nonRoot},
-					Containers: []corev1.Container{{
-						Name:  "agent",
-						Image: image,
-						Args:  []string{"--namespace=" + corev1alpha1.AgentNamespace},
-						Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 8080}, {Name: "health", ContainerPort: 8081}},
-						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-							Path: "/readyz", Port: intstr.FromString("health"),
-						}}},
-						LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-							Path: "/healthz", Port: intstr.FromString("health"),
-						}}},
-					}},
-				},
-			},
+			// The old pod goes before the new one starts: on the host
+			// network, two would want the same ports (the scheduler would
+			// keep the new one Pending, and the old one would never go).
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &zero, MaxUnavailable: &one}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod},
 		},
 	}
 }

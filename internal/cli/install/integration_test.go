@@ -1,0 +1,106 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/cli"
+	"github.com/annexhq/annex/internal/localcluster"
+)
+
+// TestInstallDeployment installs into a real cluster with the agent
+// Deployment (the agent's image is not pulled: kwok runs the pod): the API
+// server accepts the Deployment with and without the gateway, the real
+// scheduler places the gateway's pod on the gateway node on the host
+// network, and installing again without the gateway takes it away.
+func TestInstallDeployment(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: skipped with -short")
+	}
+	if err := localcluster.CheckBinaries(localcluster.DefaultBinDir()); err != nil {
+		t.Skipf("integration test needs the real Kubernetes binaries: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	lc, err := localcluster.Start(ctx, localcluster.Options{Name: "inst", Dir: t.TempDir(), BinDir: localcluster.DefaultBinDir(),
+		PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = lc.Stop(ctx)
+	})
+	c, err := cli.Connect(ctx, lc.KubeconfigPath(), 15*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	install := func(gw Gateway) {
+		t.Helper()
+		o := DefaultOptions()
+		o.ClusterID, o.Image, o.GatewayEndpoint, o.GatewayNode = "inst", "example.invalid/annex-agent:test", gw.Endpoint, gw.Node
+		var out bytes.Buffer
+		if err := Run(ctx, cli.IOStreams{Out: &out, ErrOut: &out}, c, o); err != nil {
+			t.Fatalf("install %+v: %v\n%s", gw, err, out.String())
+		}
+	}
+	gwNode := "inst-worker-1"
+	install(Gateway{Endpoint: "192.0.2.10", Node: gwNode})
+
+	var pod corev1.Pod
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		if err := c.Client.List(ctx, pods, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" && len(p.Spec.Containers) == 2 {
+				pod = p
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no scheduled agent pod with a gateway: %v", err)
+	}
+	if pod.Spec.NodeName != gwNode || !pod.Spec.HostNetwork {
+		t.Errorf("agent pod on %q, hostNetwork %v; want %s on the host network", pod.Spec.NodeName, pod.Spec.HostNetwork, gwNode)
+	}
+	agent, gateway := pod.Spec.Containers[0], pod.Spec.Containers[1]
+	for _, want := range []string{"--gateway-endpoint=192.0.2.10", "--gateway-config=" + gatewayDir + "/config.json",
+		"--virtual-node-ip=$(POD_IP)", fmt.Sprintf("--kubelet-port=%d", hostKubeletPort)} {
+		if !slices.Contains(agent.Args, want) {
+			t.Errorf("agent args %v lack %s", agent.Args, want)
+		}
+	}
+	if gateway.Command[0] != "/annex-gateway" || !slices.Contains(gateway.SecurityContext.Capabilities.Add, "NET_ADMIN") {
+		t.Errorf("gateway container %v with %+v", gateway.Command, gateway.SecurityContext.Capabilities)
+	}
+
+	// Again without the gateway: one container, off the host network.
+	install(Gateway{})
+	d := &appsv1.Deployment{}
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: corev1alpha1.AgentNamespace, Name: "annex-agent"}, d); err != nil {
+		t.Fatal(err)
+	}
+	spec := d.Spec.Template.Spec
+	if len(spec.Containers) != 1 || spec.HostNetwork || len(spec.Volumes) != 0 || spec.NodeSelector != nil {
+		t.Errorf("after installing without a gateway: %d containers, hostNetwork %v, volumes %v, nodeSelector %v",
+			len(spec.Containers), spec.HostNetwork, spec.Volumes, spec.NodeSelector)
+	}
+	if args := spec.Containers[0].Args; !slices.Contains(args, "--kubelet-port=10250") || slices.ContainsFunc(args, func(a string) bool { return len(a) > 10 && a[:10] == "--gateway-" }) {
+		t.Errorf("agent args without a gateway: %v", args)
+	}
+}
