@@ -243,3 +243,22 @@ func TestMarkdownTunnelNotMeasured(t *testing.T) {
 		t.Errorf("Markdown without the tunnel's reason:\n%s", md)
 	}
 }
+
+// A run that measured nothing (a failed set-up) leaves latest.md alone.
+func TestWriteResultsKeepsLatest(t *testing.T) {
+	dir := t.TempDir()
+	good := sampleResults()
+	good.Targets = evaluate(good)
+	if _, err := writeResults(dir, good, "good", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	failed := &Results{Environment: Environment{Date: good.Environment.Date.Add(time.Hour)}, Config: presets["full"], Errors: []string{"set-up: boom"}}
+	failed.Targets = evaluate(failed)
+	files, err := writeResults(dir, failed, "failed", []byte("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md, _ := os.ReadFile(filepath.Join(dir, "latest.md")); string(md) != "good" || len(files) != 2 {
+		t.Errorf("latest.md = %q after a run that measured nothing (wrote %v)", md, files)
+	}
+}

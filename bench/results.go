@@ -104,15 +104,20 @@ func (t TargetResult) met() string {
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T1504Z") }
 
 // writeResults writes <stamp>.json and <stamp>.md into dir and copies the
-// Markdown to latest.md.
+// Markdown to latest.md, unless the run measured nothing (a failed set-up):
+// latest.md, which the README links, keeps the last run with numbers.
 func writeResults(dir string, r *Results, md string, json []byte) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	s := stamp(r.Environment.Date)
 	files := map[string][]byte{s + ".json": json, s + ".md": []byte(md), "latest.md": []byte(md)}
+	names := []string{s + ".json", s + ".md"}
+	if r.measured() {
+		names = append(names, "latest.md")
+	}
 	var written []string
-	for _, name := range []string{s + ".json", s + ".md", "latest.md"} {
+	for _, name := range names {
 		path := fmt.Sprintf("%s/%s", strings.TrimRight(dir, "/"), name)
 		if err := os.WriteFile(path, files[name], 0o644); err != nil {
 			return written, err
@@ -120,4 +125,14 @@ func writeResults(dir string, r *Results, md string, json []byte) ([]string, err
 		written = append(written, path)
 	}
 	return written, nil
+}
+
+// measured reports whether the run has a number of any target.
+func (r *Results) measured() bool {
+	for _, t := range r.Targets {
+		if t.Met != nil {
+			return true
+		}
+	}
+	return false
 }

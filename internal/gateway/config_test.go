@@ -10,14 +10,7 @@ import (
 )
 
 func TestKeys(t *testing.T) {
-	priv, err := GenerateKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := priv.Public()
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv, pub := mustKey(t)
 	// The public key is X25519(priv, basepoint), and survives JSON.
 	want, _ := curve25519.X25519(priv[:], curve25519.Basepoint)
 	if string(pub[:]) != string(want) {

@@ -110,13 +110,7 @@ func newTopology(t *testing.T) *topology {
 		if out, err := tp.in("r"+s, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0").CombinedOutput(); err != nil {
 			t.Fatalf("sysctl: %v\n%s", err, out)
 		}
-		self, _ := os.Executable()
-		srv := tp.in("p"+s, self)
-		srv.Env = append(os.Environ(), helperEnv+"=serve=10.200.0.5:8080|pod "+s)
-		if err := srv.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+		tp.serve("p"+s, "10.200.0.5:8080", "pod "+s)
 	}
 	// pa2, on a's router by its own veth and a host route.
 	ra, pa2 := tp.ns("ra"), tp.ns("pa2")
@@ -127,14 +121,21 @@ func newTopology(t *testing.T) *topology {
 	tp.ip("-n", pa2, "route", "add", "default", "via", "10.200.0.1")
 	tp.ip("-n", ra, "link", "set", "pod1", "up")
 	tp.ip("-n", ra, "route", "add", "10.200.0.6/32", "dev", "pod1")
-	self, _ := os.Executable()
-	srv := tp.in("pa2", self)
-	srv.Env = append(os.Environ(), helperEnv+"=serve=10.200.0.6:8080|pod a2")
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	tp.serve("pa2", "10.200.0.6:8080", "pod a2")
 	return tp
+}
+
+// serve runs an HTTP server answering answer on addr in namespace ns until
+// the test ends.
+func (tp *topology) serve(ns, addr, answer string) {
+	tp.t.Helper()
+	self, _ := os.Executable()
+	srv := tp.in(ns, self)
+	srv.Env = append(os.Environ(), helperEnv+"=serve="+addr+"|"+answer)
+	if err := srv.Start(); err != nil {
+		tp.t.Fatal(err)
+	}
+	tp.t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
 }
 
 // nftRules counts the rules of the gateway's table in namespace ns, by

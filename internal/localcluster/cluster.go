@@ -823,15 +823,21 @@ func (c *Cluster) createNodes(ctx context.Context, cs kubernetes.Interface) erro
 	return nil
 }
 
-// nodesReady succeeds once every kwok node is Ready.
+// nodesReady succeeds once every kwok node is Ready. One List, not a Get
+// per node: with client-go's default rate limit (5 requests/s) a check of
+// 48 nodes outlasted its checkTimeout, so such a cluster never came up.
 func (c *Cluster) nodesReady(ctx context.Context, cs kubernetes.Interface) error {
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	ready := map[string]bool{}
+	for i := range nodes.Items {
+		ready[nodes.Items[i].Name] = nodeReady(&nodes.Items[i])
+	}
 	var notReady []string
 	for _, name := range c.NodeNames() {
-		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if !nodeReady(n) {
+		if !ready[name] {
 			notReady = append(notReady, name)
 		}
 	}

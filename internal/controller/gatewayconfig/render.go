@@ -176,7 +176,7 @@ func tunnelCondition(hasTunnel, gatewayFresh bool, st *gateway.LinkStatus, now m
 	case st == nil:
 		c.Reason, c.Message = networkingv1alpha1.ReasonTunnelDown, "the gateway has not set up this link (yet)"
 	case st.LastHandshake.IsZero() || now.Sub(st.LastHandshake).Seconds() > handshakeMaxAge:
-		c.Reason, c.Message = networkingv1alpha1.ReasonTunnelDown, "no recent handshake with the remote gateway"
+		c.Reason, c.Message = networkingv1alpha1.ReasonTunnelDown, "no recent handshake with the remote gateway: is it running, and is spec.tunnel.remoteEndpoint reachable over UDP? After either gateway's key or endpoint changed, run `annexctl network connect` again"
 	default:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, networkingv1alpha1.ReasonTunnelUp, "handshake with the remote gateway is recent"
 	}
