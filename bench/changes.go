@@ -190,6 +190,9 @@ func watchChanges(ctx context.Context, k *kube) (*changeWatch, error) {
 	}
 	cfg := rest.CopyConfig(k.cfg)
 	cfg.WarningHandler = rest.NoWarnings{} // "v1 Endpoints is deprecated"
+	// The clients' request timeout would end every watch after it (30 s:
+	// a window of 60 s counted the changes of its first half); ctx ends them.
+	cfg.Timeout = 0
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err

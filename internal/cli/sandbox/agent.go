@@ -162,7 +162,11 @@ func (a *Agent) Stop() error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return syscall.Kill(a.PID, syscall.SIGKILL)
+	// It may have exited since the last look (ESRCH): stopped all the same.
+	if err := syscall.Kill(a.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill agent (pid %d): %w", a.PID, err)
+	}
+	return nil
 }
 
 // writeAgentKubeconfig requests a bound token for the agent's ServiceAccount
