@@ -50,7 +50,6 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -58,9 +57,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -657,50 +653,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("shadowpod").
 		For(&offloadingv1alpha1.ShadowPod{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&corev1.Pod{}, podEvents{}, builder.WithPredicates(hasLabel))
+		Owns(&corev1.Pod{}, builder.WithPredicates(hasLabel))
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).Complete(r)
-}
-
-// podEventPriority ranks a change of a pod (scheduled, started, Ready)
-// above a ShadowPod to create: in a burst of N ShadowPods, mirroring a
-// created pod's status otherwise waited behind every creation queued
-// before it (bench, N=5000: the first offloaded pod was Ready on the
-// consumer after 200 s, with the pods Ready on the provider long before).
-// Pod events are a few per pod, so creations are never starved.
-const podEventPriority = 10
-
-// podEvents queues the ShadowPod of a pod's event (same namespace, name
-// from the annex.dev/shadowpod label) with podEventPriority; events of the
-// informer's initial list keep the low priority controller-runtime gives
-// them, so that a restart's re-list does not crowd out new work.
-type podEvents struct{}
-
-func (podEvents) add(q workqueue.TypedRateLimitingInterface[reconcile.Request], o client.Object, initial bool) {
-	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetLabels()[LabelShadowPod]}}
-	pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request])
-	if !ok {
-		q.Add(req)
-		return
-	}
-	prio := podEventPriority
-	if initial {
-		prio = handler.LowPriority
-	}
-	pq.AddWithOpts(priorityqueue.AddOpts{Priority: &prio}, req)
-}
-
-func (p podEvents) Create(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	p.add(q, e.Object, e.IsInInitialList)
-}
-
-func (p podEvents) Update(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	p.add(q, e.ObjectNew, e.ObjectOld.GetResourceVersion() == e.ObjectNew.GetResourceVersion())
-}
-
-func (p podEvents) Delete(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	p.add(q, e.Object, false)
-}
-
-func (p podEvents) Generic(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	p.add(q, e.Object, false)
 }
