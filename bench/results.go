@@ -111,15 +111,18 @@ func writeResults(dir string, r *Results, md string, json []byte) ([]string, err
 		return nil, err
 	}
 	s := stamp(r.Environment.Date)
-	files := map[string][]byte{s + ".json": json, s + ".md": []byte(md), "latest.md": []byte(md)}
-	names := []string{s + ".json", s + ".md"}
+	type file struct {
+		name string
+		data []byte
+	}
+	files := []file{{s + ".json", json}, {s + ".md", []byte(md)}}
 	if r.measured() {
-		names = append(names, "latest.md")
+		files = append(files, file{"latest.md", []byte(md)})
 	}
 	var written []string
-	for _, name := range names {
-		path := fmt.Sprintf("%s/%s", strings.TrimRight(dir, "/"), name)
-		if err := os.WriteFile(path, files[name], 0o644); err != nil {
+	for _, f := range files {
+		path := fmt.Sprintf("%s/%s", strings.TrimRight(dir, "/"), f.name)
+		if err := os.WriteFile(path, f.data, 0o644); err != nil {
 			return written, err
 		}
 		written = append(written, path)

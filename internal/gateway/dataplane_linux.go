@@ -79,6 +79,10 @@ func (d *Dataplane) Apply(c Config) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	rules, err := netlink.RuleList(unix.AF_INET)
+	if err != nil {
+		return fmt.Errorf("list policy rules: %w", err)
+	}
 	want := map[string]bool{}
 	var errs []error
 	for _, l := range c.Links {
@@ -88,7 +92,7 @@ func (d *Dataplane) Apply(c Config) error {
 			errs = append(errs, fmt.Errorf("link %s: %w", l.Peer, err))
 			continue
 		}
-		if err := ensureRouting(name, l); err != nil {
+		if err := ensureRouting(name, l, rules); err != nil {
 			errs = append(errs, fmt.Errorf("link %s: %w", l.Peer, err))
 		}
 	}
@@ -97,9 +101,10 @@ func (d *Dataplane) Apply(c Config) error {
 			d.removeLink(name, w.link)
 		}
 	}
-	// Rules and tables of links that are gone although this process never
-	// had their device: a predecessor's, killed before it could remove them.
-	if err := pruneRouting(ids); err != nil {
+	// The rules and tables of links that are gone, also those whose device
+	// this process never had: a predecessor's, killed before it could
+	// remove them.
+	if err := pruneRouting(rules, ids); err != nil {
 		errs = append(errs, err)
 	}
 	if err := programNAT(c); err != nil {
@@ -115,7 +120,11 @@ func (d *Dataplane) Close() error {
 	for name, w := range d.devices {
 		d.removeLink(name, w.link)
 	}
-	return errors.Join(pruneRouting(nil), deleteTable())
+	rules, err := netlink.RuleList(unix.AF_INET)
+	if err != nil {
+		return errors.Join(fmt.Errorf("list policy rules: %w", err), deleteTable())
+	}
+	return errors.Join(pruneRouting(rules, nil), deleteTable())
 }
 
 // Stats returns the state of the link with peer, false when it has none.
@@ -220,7 +229,7 @@ func destinations(l Link) []netip.Prefix {
 // addresses would fall through to the main table and reach whatever this
 // cluster has at that address (with overlapping pod CIDRs, one of its own
 // pods).
-func ensureRouting(name string, l Link) error {
+func ensureRouting(name string, l Link, rules []netlink.Rule) error {
 	nl, err := netlink.LinkByName(name)
 	if err != nil {
 		return err
@@ -235,10 +244,6 @@ func ensureRouting(name string, l Link) error {
 		return fmt.Errorf("unreachable route in table %d: %w", tableBase+id, err)
 	}
 	rule := markRule(id)
-	rules, err := netlink.RuleList(unix.AF_INET)
-	if err != nil {
-		return err
-	}
 	for _, r := range rules {
 		if r.Mark == rule.Mark && r.Table == rule.Table && r.Priority == rule.Priority {
 			return nil
@@ -259,13 +264,10 @@ func unreachableRoute(id uint32) *netlink.Route {
 }
 
 // pruneRouting removes the policy rules and routing tables of links whose
-// ID is not in keep: every rule of the gateway's priority whose mark lies
-// in its range, and the routes of the table it points to.
-func pruneRouting(keep map[uint32]string) error {
-	rules, err := netlink.RuleList(unix.AF_INET)
-	if err != nil {
-		return fmt.Errorf("list policy rules: %w", err)
-	}
+// ID is not in keep: every rule of rules with the gateway's priority and a
+// mark in its range, and the unreachable route of the table it points to
+// (the device's route went with the device).
+func pruneRouting(rules []netlink.Rule, keep map[uint32]string) error {
 	var errs []error
 	for _, r := range rules {
 		id := r.Mark - markBase
@@ -294,14 +296,13 @@ func markRule(id uint32) *netlink.Rule {
 	return r
 }
 
-// removeLink closes the device of a link and removes its routing.
+// removeLink closes the device of a link; pruneRouting removes its
+// routing.
 func (d *Dataplane) removeLink(name string, l Link) {
 	if w := d.devices[name]; w != nil {
 		w.dev.Close()
 		delete(d.devices, name)
 	}
-	_ = netlink.RuleDel(markRule(linkID(l.Peer)))
-	_ = netlink.RouteDel(unreachableRoute(linkID(l.Peer)))
 	d.log.Info("Removed link", "device", name, "peer", l.Peer)
 }
 

@@ -27,8 +27,9 @@ type Local struct {
 // gateway must do"): one link per Ready NetworkConfiguration with a tunnel,
 // and on each link the transit addresses of this cluster's pods running on
 // that peer (pods on the peer's virtual node; virtualNodes maps node name to
-// cluster ID); peers may open connections to this cluster's pod CIDR only. Links and transit addresses are sorted, so the same input
-// always renders the same file. A NetworkConfiguration that cannot be
+// cluster ID); peers may open connections to this cluster's pod CIDR only.
+// Links and transit addresses are sorted, so the same input always renders
+// the same file. A NetworkConfiguration that cannot be
 // rendered is left out and reported in skipped (by name) with the reason.
 func Render(local Local, ncs []networkingv1alpha1.NetworkConfiguration, pods []corev1.Pod, virtualNodes map[string]string) (cfg gateway.Config, skipped map[string]string) {
 	skipped = map[string]string{}
