@@ -22,13 +22,20 @@
 // (status.remappedLocal unset) gets no endpoint that would need that mapping
 // until it does: a wrong address is worse than a late one.
 //
+// NodeAddresses and CheckLink serve the refusal of a peer's CIDR claims
+// that are not private ranges or that cover this cluster's Services or
+// nodes (network.CheckPeerCIDR), for the agent's gateway configuration and
+// `annexctl network connect` alike.
+//
 // View reads only the cache (NetworkConfigurations, ForeignClusters and
 // Pods), never the API server.
 package netview
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -211,4 +218,65 @@ func (v *View) transit(ctx context.Context, nc *networkingv1alpha1.NetworkConfig
 	}
 	ep.Addresses = []string{addr.String()}
 	return ep, true
+}
+
+// NodeAddresses lists the addresses (all types that parse as IPs) of
+// nodes, leaving out Annex's virtual nodes: their address is the agent's
+// (--virtual-node-ip) and they stand for another cluster. Peers' CIDRs
+// must hold none of them (network.CheckView).
+func NodeAddresses(nodes []corev1.Node) []network.NodeAddress {
+	var out []network.NodeAddress
+	for i := range nodes {
+		n := &nodes[i]
+		if n.Labels[corev1alpha1.LabelRemoteClusterID] != "" && strings.HasPrefix(n.Name, corev1alpha1.VirtualNodeNamePrefix) {
+			continue
+		}
+		for _, a := range n.Status.Addresses {
+			if addr, err := netip.ParseAddr(a.Address); err == nil {
+				out = append(out, network.NodeAddress{Node: n.Name, Addr: addr.Unmap()})
+			}
+		}
+	}
+	return out
+}
+
+// CheckLink applies the rules of network.CheckPeerCIDR to the CIDRs a
+// peer claims in nc (spec.remote), and those of network.CheckView to the
+// ranges this cluster remapped them to (status.remappedRemote). An error
+// (a *network.ClaimError, or a parse error) means the link must not be
+// programmed.
+func CheckLink(nc *networkingv1alpha1.NetworkConfiguration, local network.LocalRanges) error {
+	for _, f := range []struct{ field, cidr string }{
+		{"spec.remote.podCIDR", nc.Spec.Remote.PodCIDR},
+		{"spec.remote.externalCIDR", nc.Spec.Remote.ExternalCIDR},
+	} {
+		if f.cidr == "" {
+			continue
+		}
+		p, err := network.ParseCIDR(f.cidr)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.field, err)
+		}
+		if err := network.CheckPeerCIDR(f.field, p, local); err != nil {
+			return err
+		}
+	}
+	if r := nc.Status.RemappedRemote; r != nil {
+		for _, f := range []struct{ field, cidr string }{
+			{"status.remappedRemote.podCIDR", r.PodCIDR},
+			{"status.remappedRemote.externalCIDR", r.ExternalCIDR},
+		} {
+			if f.cidr == "" {
+				continue
+			}
+			p, err := network.ParseCIDR(f.cidr)
+			if err != nil {
+				return fmt.Errorf("%s: %w", f.field, err)
+			}
+			if err := network.CheckView(f.field, p, local); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -45,6 +45,16 @@ const (
 	// ReasonNoTunnel: the link has no spec.tunnel (one of the clusters runs
 	// no gateway).
 	ReasonNoTunnel = "NoTunnel"
+	// ReasonCIDRRefused: the agent does not program the link because a CIDR
+	// the peer claims (spec.remote) is not a private range or covers this
+	// cluster's service CIDR or a node's address, or a range this cluster
+	// remapped it to (status.remappedRemote) covers them; the message names
+	// the rule (see internal/network.CheckPeerCIDR).
+	ReasonCIDRRefused = "CIDRRefused"
+	// ReasonInvalidLink: the agent cannot turn the link into gateway
+	// configuration (a malformed key, endpoint or mapping); the message
+	// says what.
+	ReasonInvalidLink = "InvalidLink"
 )
 
 // ClusterCIDRs are the address ranges a cluster owns, in its own view.
