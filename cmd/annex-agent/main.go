@@ -188,7 +188,9 @@ func run() error {
 			return fmt.Errorf("a gateway needs the pod CIDR in the cluster identity: %w", err)
 		}
 		ext, _ := netip.ParsePrefix(id.ExternalCIDR) // none: no transit
-		setups = append(setups, gatewayconfig.New(mgr.GetClient(), mgr.GetAPIReader(), gatewayOpts, pod, ext, clock.RealClock{}))
+		svc, _ := netip.ParsePrefix(id.ServiceCIDR)  // none: peers' CIDRs not checked against it
+		setups = append(setups, gatewayconfig.New(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("annex-gatewayconfig"), gatewayOpts,
+			gatewayconfig.Cluster{PodCIDR: pod, ServiceCIDR: svc, ExternalCIDR: ext}, clock.RealClock{}))
 	}
 	for _, s := range setups {
 		if err := s.SetupWithManager(mgr); err != nil {

@@ -8,11 +8,20 @@
 // peer's own, sources from this cluster's own ranges to the peer's view of
 // them. Replies are undone by connection tracking.
 //
+// Each link has its own accept list: the destinations, in this cluster's
+// own addresses, that the peer may open connections to (by default the
+// pods of that peer's remote namespaces here and the transit addresses it
+// is owed; the agent decides, see internal/controller/gatewayconfig). The
+// gateway keeps it in an nftables interval set per link, and drops new
+// connections from the link to anything else.
+//
 // The input is a declarative Config (a JSON file for cmd/annex-gateway);
 // Apply makes the namespace match it and is idempotent: devices are kept
-// when unchanged, the nftables table "annex" is rebuilt in one transaction,
-// rules and routes are replaced, and what belongs to links no longer in the
-// Config is removed.
+// (and their WireGuard sessions with them) while their tunnel settings are
+// unchanged; a Config that differs from the last one only in accept lists
+// updates those sets in one transaction, anything else rebuilds the
+// nftables table "annex" in one transaction; rules and routes are
+// replaced, and what belongs to links no longer in the Config is removed.
 package gateway
 
 import (
@@ -108,7 +117,20 @@ type Link struct {
 	// gateway's own address in this cluster's external CIDR. Required with
 	// Transit.
 	Masquerade netip.Addr `json:"masquerade,omitzero"`
+	// Accept are the destinations, in this cluster's own addresses, that
+	// the peer may open connections to through this link (single
+	// addresses are /32 prefixes; overlapping and adjacent prefixes are
+	// merged). Packets of new connections arriving from the link for
+	// anything else are dropped, so the peer cannot reach the gateway's
+	// node, this cluster's other networks or pods, or, through this
+	// cluster, another peer's pods it was not given a transit address of.
+	// Empty: the peer may open no connection at all (replies to this
+	// cluster's connections always pass). At most MaxAccept entries.
+	Accept []netip.Prefix `json:"accept"`
 }
+
+// MaxAccept bounds the entries of one link's accept list.
+const MaxAccept = 65536
 
 // Transit is one transit address and the address it leads to.
 type Transit struct {
@@ -118,14 +140,7 @@ type Transit struct {
 
 // Config is everything a gateway programs.
 type Config struct {
-	// Accept are the destinations, in this cluster's own addresses, that
-	// a peer may open connections to: this cluster's pod CIDR. Packets of
-	// new connections arriving from a link for anything else (but the
-	// transit addresses of other links) are dropped, so a peer cannot
-	// reach the gateway's node, its other networks, or, through this
-	// cluster, another peer's pods it was not given a transit address of.
-	Accept []netip.Prefix `json:"accept"`
-	Links  []Link         `json:"links"`
+	Links []Link `json:"links"`
 }
 
 var peerName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -133,12 +148,6 @@ var peerName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 // Validate checks c before anything is programmed. The gateway translates
 // IPv4 only: every prefix and address must be IPv4.
 func (c *Config) Validate() error {
-	if len(c.Links) > 0 && len(c.Accept) == 0 {
-		return errors.New("accept: no destinations a peer may reach (this cluster's pod CIDR)")
-	}
-	if err := checkPrefixes("accept", c.Accept); err != nil {
-		return err
-	}
 	seen := map[string]bool{}
 	ports := map[int]bool{}
 	for _, l := range c.Links {
@@ -164,6 +173,12 @@ func (c *Config) Validate() error {
 			return err
 		}
 		if err := checkPrefixes(fmt.Sprintf("link %q: allowedSources", l.Peer), l.AllowedSources); err != nil {
+			return err
+		}
+		if len(l.Accept) > MaxAccept {
+			return fmt.Errorf("link %q: accept has %d entries, more than %d", l.Peer, len(l.Accept), MaxAccept)
+		}
+		if err := checkPrefixes(fmt.Sprintf("link %q: accept", l.Peer), l.Accept); err != nil {
 			return err
 		}
 		if len(l.Transit) > 0 && !l.Masquerade.Is4() {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/curve25519"
 )
 
@@ -48,9 +49,12 @@ func TestValidate(t *testing.T) {
 		{"IPv6 endpoint", func(c *Config) { c.Links[0].PeerEndpoint = netip.MustParseAddrPort("[fd00::1]:51820") }, "IPv4"},
 		{"no private key", func(c *Config) { c.Links[0].PrivateKey = Key{} }, "privateKey"},
 		{"no peer key", func(c *Config) { c.Links[0].PeerPublicKey = Key{} }, "peerPublicKey"},
-		{"no accept", func(c *Config) { c.Accept = nil }, "accept"},
-		{"IPv6 accept", func(c *Config) { c.Accept = []netip.Prefix{p("fd00::/64")} }, "not an IPv4 prefix"},
-		{"no links, no accept", func(c *Config) { c.Links, c.Accept = nil, nil }, ""},
+		{"no accept: nothing accepted, valid", func(c *Config) { c.Links[0].Accept = nil }, ""},
+		{"IPv6 accept", func(c *Config) { c.Links[0].Accept = []netip.Prefix{p("fd00::/64")} }, `link "gamma": accept: fd00::/64 is not an IPv4 prefix`},
+		{"invalid accept", func(c *Config) { c.Links[0].Accept = []netip.Prefix{{}} }, "not an IPv4 prefix"},
+		{"accept at the bound", func(c *Config) { c.Links[0].Accept = make([]netip.Prefix, MaxAccept) }, "not an IPv4 prefix"},
+		{"accept over the bound", func(c *Config) { c.Links[0].Accept = make([]netip.Prefix, MaxAccept+1) }, "more than 65536"},
+		{"no links", func(c *Config) { c.Links = nil }, ""},
 		{"bad port", func(c *Config) { c.Links[0].ListenPort = 0 }, "listenPort"},
 		{"netmap lengths differ", func(c *Config) { c.Links[0].DNAT[0].To = p("10.200.0.0/24") }, "equal length"},
 		{"port used twice", func(c *Config) {
@@ -63,7 +67,8 @@ func TestValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := good
 			l.DNAT = append([]Netmap(nil), good.DNAT...)
-			c := Config{Accept: []netip.Prefix{p("10.200.0.0/16")}, Links: []Link{l}}
+			l.Accept = []netip.Prefix{p("10.200.0.5/32")}
+			c := Config{Links: []Link{l}}
 			tc.mutate(&c)
 			err := c.Validate()
 			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
@@ -82,9 +87,10 @@ func TestParseConfig(t *testing.T) {
 	}{
 		{"empty", `{"links":[]}`, ""},
 		{"unknown field", `{"links":[],"acept":["10.0.0.0/8"]}`, "unknown field"},
+		{"accept is per link now", `{"accept":["10.0.0.0/8"],"links":[]}`, "unknown field"},
 		{"trailing data", `{"links":[]} {}`, "after"},
 		{"not JSON", `links: []`, "invalid character"},
-		{"invalid", `{"links":[{"peer":"Gamma"}]}`, "accept"},
+		{"invalid", `{"links":[{"peer":"Gamma"}]}`, "cluster ID"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(tc.data))
@@ -92,6 +98,42 @@ func TestParseConfig(t *testing.T) {
 				t.Errorf("ParseConfig(%s) = %v, want an error containing %q", tc.data, err, tc.wantErr)
 			}
 		})
+	}
+}
+
+func TestAggregate(t *testing.T) {
+	p := netip.MustParsePrefix
+	for _, tc := range []struct {
+		name     string
+		in, want []netip.Prefix
+	}{
+		{"nothing", nil, []netip.Prefix{}},
+		{"one address", []netip.Prefix{p("10.200.0.5/32")}, []netip.Prefix{p("10.200.0.5/32")}},
+		{"consecutive addresses become blocks", []netip.Prefix{p("10.200.0.7/32"), p("10.200.0.4/32"), p("10.200.0.5/32"), p("10.200.0.6/32"), p("10.200.0.8/32")},
+			[]netip.Prefix{p("10.200.0.4/30"), p("10.200.0.8/32")}},
+		{"duplicates and contained prefixes", []netip.Prefix{p("10.200.0.0/16"), p("10.200.3.7/32"), p("10.200.3.7/32"), p("10.70.0.1/32")},
+			[]netip.Prefix{p("10.70.0.1/32"), p("10.200.0.0/16")}},
+		{"adjacent halves merge", []netip.Prefix{p("10.0.1.0/24"), p("10.0.0.0/24")}, []netip.Prefix{p("10.0.0.0/23")}},
+		{"host bits ignored", []netip.Prefix{p("10.0.0.9/24")}, []netip.Prefix{p("10.0.0.0/24")}},
+		{"the whole space", []netip.Prefix{p("0.0.0.0/1"), p("128.0.0.0/1"), p("255.255.255.255/32")}, []netip.Prefix{p("0.0.0.0/0")}},
+		{"IPv6 left out", []netip.Prefix{p("fd00::/64"), p("10.0.0.1/32")}, []netip.Prefix{p("10.0.0.1/32")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, Aggregate(tc.in), cmp.Comparer(func(x, y netip.Prefix) bool { return x == y })); diff != "" {
+				t.Errorf("Aggregate (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAcceptRanges(t *testing.T) {
+	p := netip.MustParsePrefix
+	got := ranges([]netip.Prefix{p("10.0.0.4/31"), p("255.255.255.0/24"), p("10.0.0.6/32"), p("10.0.0.8/32")})
+	want := []addrRange{{u32(netip.MustParseAddr("10.0.0.4")), u32(netip.MustParseAddr("10.0.0.6"))},
+		{u32(netip.MustParseAddr("10.0.0.8")), u32(netip.MustParseAddr("10.0.0.8"))},
+		{u32(netip.MustParseAddr("255.255.255.0")), ^uint32(0)}}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(addrRange{})); diff != "" {
+		t.Errorf("ranges (-want +got):\n%s", diff)
 	}
 }
 

@@ -53,11 +53,18 @@ type Dataplane struct {
 
 	mu      sync.Mutex
 	devices map[string]*wgDevice // by device name
+	// programmed is the Config whose nftables table is in place, nil
+	// when there is none (or its state is unknown after an error).
+	programmed *Config
 }
 
 type wgDevice struct {
 	dev  *device.Device
 	link Link
+	// uapi is the configuration the device was last given (uapiConfig):
+	// a change of anything else (accept lists, transit addresses,
+	// translations) leaves the device, and its WireGuard session, alone.
+	uapi string
 }
 
 // New returns a Dataplane for the current network namespace.
@@ -107,10 +114,55 @@ func (d *Dataplane) Apply(c Config) error {
 	if err := pruneRouting(rules, ids); err != nil {
 		errs = append(errs, err)
 	}
-	if err := programNAT(c); err != nil {
+	if err := d.program(c); err != nil {
 		errs = append(errs, fmt.Errorf("nftables: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// program brings the nftables table to c. When c differs from the Config
+// last programmed in the accept lists only, it replaces the contents of the
+// changed links' sets in one transaction and leaves the chains as they are
+// (the agent rewrites accept lists as tenant pods come and go); otherwise,
+// also when c is the same (a periodic repair of whatever else changed the
+// table), it rebuilds the whole table in one transaction.
+func (d *Dataplane) program(c Config) error {
+	if prev := d.programmed; prev != nil && !reflect.DeepEqual(*prev, c) && reflect.DeepEqual(withoutAccept(*prev), withoutAccept(c)) {
+		err := updateAccept(*prev, c)
+		if err == nil {
+			d.programmed = cloneConfig(c)
+			return nil
+		}
+		d.log.Error(err, "Cannot update the accept sets; rebuilding the table")
+	}
+	d.programmed = nil
+	if err := programNAT(c); err != nil {
+		return err
+	}
+	d.programmed = cloneConfig(c)
+	return nil
+}
+
+// withoutAccept is c with every link's accept list left out.
+func withoutAccept(c Config) Config {
+	out := Config{Links: make([]Link, len(c.Links))}
+	for i, l := range c.Links {
+		l.Accept = nil
+		out.Links[i] = l
+	}
+	return out
+}
+
+// cloneConfig copies c deeply enough that later changes of the caller's
+// slices do not reach it.
+func cloneConfig(c Config) *Config {
+	out := &Config{Links: make([]Link, len(c.Links))}
+	for i, l := range c.Links {
+		l.Routes, l.DNAT, l.SNAT = slices.Clone(l.Routes), slices.Clone(l.DNAT), slices.Clone(l.SNAT)
+		l.AllowedSources, l.Transit, l.Accept = slices.Clone(l.AllowedSources), slices.Clone(l.Transit), slices.Clone(l.Accept)
+		out.Links[i] = l
+	}
+	return out
 }
 
 // Close removes everything the Dataplane programmed.
@@ -120,6 +172,7 @@ func (d *Dataplane) Close() error {
 	for name, w := range d.devices {
 		d.removeLink(name, w.link)
 	}
+	d.programmed = nil
 	rules, err := netlink.RuleList(unix.AF_INET)
 	if err != nil {
 		return errors.Join(fmt.Errorf("list policy rules: %w", err), deleteTable())
@@ -174,12 +227,14 @@ func (d *Dataplane) ensureDevice(name string, l Link) error {
 		d.log.Info("Created WireGuard device", "device", name, "peer", l.Peer)
 	}
 	// Reconfiguring replaces the peer, and with it the session: only when
-	// the link changed (nothing else can change a device without a UAPI
-	// socket, which this one does not open).
-	if !reflect.DeepEqual(w.link, l) {
-		if err := w.dev.IpcSet(uapiConfig(l)); err != nil {
+	// the tunnel's settings changed (nothing else can change a device
+	// without a UAPI socket, which this one does not open).
+	if uapi := uapiConfig(l); uapi != w.uapi {
+		if err := w.dev.IpcSet(uapi); err != nil {
+			w.uapi = ""
 			return fmt.Errorf("configure %s: %w", name, err)
 		}
+		w.uapi = uapi
 	}
 	if err := w.dev.Up(); err != nil {
 		return fmt.Errorf("bring %s up: %w", name, err)
@@ -310,7 +365,7 @@ func (d *Dataplane) removeLink(name string, l Link) {
 //
 //   - chain "mark" (prerouting, before destination NAT) first drops, by
 //     chain "inbound", what arrives from a link to open a connection to
-//     anything but c.Accept or a transit address (replies pass); then it
+//     anything but that link's accept set (replies pass); then it
 //     chooses the link a packet leaves by. A reply takes the link its connection came in
 //     from (remembered in the connection's mark), or none: a reply to a
 //     connection this cluster started is translated back into this
@@ -361,13 +416,18 @@ func programNAT(c Config) error {
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(devicePrefix)}, // any link's device
 		&expr.Verdict{Kind: expr.VerdictJump, Chain: inbound.Name})
-	for _, p := range c.Accept {
-		add(inbound, append(matchPrefix(16, p), &expr.Verdict{Kind: expr.VerdictReturn})...)
-	}
+	// Per link: its accept set (contents replaced by updateAccept).
 	for _, l := range c.Links {
-		for _, t := range l.Transit {
-			add(inbound, append(matchPrefix(16, netip.PrefixFrom(t.Address, 32)), &expr.Verdict{Kind: expr.VerdictReturn})...)
+		set := acceptSet(tbl, l.Peer)
+		if err := n.AddSet(set, acceptElements(l.Accept)); err != nil {
+			return fmt.Errorf("set %s: %w", set.Name, err)
 		}
+		add(inbound,
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(DeviceName(l.Peer))},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+			&expr.Verdict{Kind: expr.VerdictReturn})
 	}
 	add(inbound, &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
 	for _, l := range c.Links {
@@ -413,6 +473,66 @@ func programNAT(c Config) error {
 		for _, m := range l.SNAT {
 			add(snat, append(append(slices.Clone(outDev), matchPrefix(12, m.From)...), netmap(expr.NATTypeSourceNAT, m.To)...)...)
 		}
+	}
+	return n.Flush()
+}
+
+// acceptSetPrefix starts the name of every link's accept set.
+const acceptSetPrefix = "accept-"
+
+// acceptSet is the interval set of the destinations the link with peer
+// accepts.
+func acceptSet(tbl *nftables.Table, peer string) *nftables.Set {
+	return &nftables.Set{Table: tbl, Name: acceptSetPrefix + peer, KeyType: nftables.TypeIPAddr, Interval: true}
+}
+
+// acceptElements are the elements of an interval set holding ps: each
+// merged range is its first address and, flagged as the interval's end,
+// the address after its last (none when it ends at 255.255.255.255).
+func acceptElements(ps []netip.Prefix) []nftables.SetElement {
+	rs := ranges(ps)
+	out := make([]nftables.SetElement, 0, 2*len(rs))
+	for _, r := range rs {
+		first := addr4(r.first).As4()
+		out = append(out, nftables.SetElement{Key: first[:]})
+		if r.last != ^uint32(0) {
+			end := addr4(r.last + 1).As4()
+			out = append(out, nftables.SetElement{Key: end[:], IntervalEnd: true})
+		}
+	}
+	return out
+}
+
+// updateAccept replaces, in one transaction, the contents of the accept
+// sets of the links whose accept list differs between prev and next (the
+// two have the same links otherwise). A packet sees either the old or the
+// new contents, never an empty set; the chains, and the connections they
+// track, are not touched.
+func updateAccept(prev, next Config) error {
+	n, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	tbl := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: TableName}
+	changed := 0
+	for i, l := range next.Links {
+		if slices.Equal(prev.Links[i].Accept, l.Accept) {
+			continue
+		}
+		set, err := n.GetSetByName(tbl, acceptSetPrefix+l.Peer)
+		if err != nil {
+			return fmt.Errorf("set %s%s: %w", acceptSetPrefix, l.Peer, err)
+		}
+		n.FlushSet(set)
+		if elems := acceptElements(l.Accept); len(elems) > 0 {
+			if err := n.SetAddElements(set, elems); err != nil {
+				return fmt.Errorf("set %s: %w", set.Name, err)
+			}
+		}
+		changed++
+	}
+	if changed == 0 {
+		return nil
 	}
 	return n.Flush()
 }

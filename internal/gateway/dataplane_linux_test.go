@@ -1,14 +1,17 @@
 package gateway
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/nftables"
+	"github.com/vishvananda/netns"
 )
 
 // The test binary doubles as the pods' HTTP server and client, run inside
@@ -31,6 +35,19 @@ func TestMain(m *testing.M) {
 		}))
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	case "echo": // arg: listen address; echoes every TCP connection
+		ln, err := net.Listen("tcp", arg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				os.Exit(1)
+			}
+			go func() { _, _ = io.Copy(c, c); _ = c.Close() }()
+		}
 	case "get": // arg: URL
 		c := &http.Client{Timeout: 2 * time.Second}
 		resp, err := c.Get(arg)
@@ -128,14 +145,120 @@ func newTopology(t *testing.T) *topology {
 // serve runs an HTTP server answering answer on addr in namespace ns until
 // the test ends.
 func (tp *topology) serve(ns, addr, answer string) {
+	tp.helper(ns, "serve="+addr+"|"+answer)
+}
+
+// helper runs the test binary in namespace ns in mode (see TestMain) until
+// the test ends.
+func (tp *topology) helper(ns, mode string) {
 	tp.t.Helper()
 	self, _ := os.Executable()
 	srv := tp.in(ns, self)
-	srv.Env = append(os.Environ(), helperEnv+"=serve="+addr+"|"+answer)
+	srv.Env = append(os.Environ(), helperEnv+"="+mode)
 	if err := srv.Start(); err != nil {
 		tp.t.Fatal(err)
 	}
 	tp.t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+}
+
+// dial opens a TCP connection to addr from inside namespace ns (the
+// socket is made there and stays there). The goroutine that switches its
+// thread into ns keeps the thread locked, so the thread ends with it.
+func (tp *topology) dial(ns, addr string) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread goes when this goroutine ends
+		h, err := netns.GetFromName(tp.ns(ns))
+		if err != nil {
+			done <- result{nil, err}
+			return
+		}
+		defer h.Close()
+		if err := netns.Set(h); err != nil {
+			done <- result{nil, err}
+			return
+		}
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		done <- result{c, err}
+	}()
+	r := <-done
+	return r.c, r.err
+}
+
+// echo sends a line on c and checks that it comes back within 2 s.
+func echo(c net.Conn, line string) error {
+	if err := c.SetDeadline(time.Now().Add(2 * time.Second)); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		return err
+	}
+	got, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if got != line+"\n" {
+		return fmt.Errorf("echoed %q, want %q", got, line)
+	}
+	return nil
+}
+
+// nftHandles lists the handles of the rules of the gateway's table in
+// namespace ns, by chain: equal lists mean the chains were not rebuilt.
+func (tp *topology) nftHandles(ns string) map[string][]uint64 {
+	tp.t.Helper()
+	n := tp.nftConn(ns)
+	chains, err := n.ListChains()
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	out := map[string][]uint64{}
+	for _, c := range chains {
+		if c.Table.Name != TableName || c.Table.Family != nftables.TableFamilyIPv4 {
+			continue
+		}
+		rules, err := n.GetRules(c.Table, c)
+		if err != nil {
+			tp.t.Fatal(err)
+		}
+		for _, r := range rules {
+			out[c.Name] = append(out[c.Name], r.Handle)
+		}
+	}
+	return out
+}
+
+// nftConn is an nftables connection to namespace ns.
+func (tp *topology) nftConn(ns string) *nftables.Conn {
+	tp.t.Helper()
+	f, err := os.Open(filepath.Join("/run/netns", tp.ns(ns)))
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	tp.t.Cleanup(func() { f.Close() })
+	n, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	return n
+}
+
+// lastHandshake is the last handshake of the link with peer in the status
+// file at path (zero when there is none).
+func lastHandshake(path, peer string) time.Time {
+	var st []LinkStatus
+	if data, err := os.ReadFile(path); err == nil && json.Unmarshal(data, &st) == nil {
+		for _, l := range st {
+			if l.Peer == peer {
+				return l.LastHandshake
+			}
+		}
+	}
+	return time.Time{}
 }
 
 // nftRules counts the rules of the gateway's table in namespace ns, by
@@ -283,16 +406,20 @@ func TestTunnelWithOverlappingCIDRs(t *testing.T) {
 	bPriv, bPub := mustKey(t)
 	// Both sides remap the other to the same range, as alpha and gamma do
 	// in the sandbox: replies must not be sent back into the tunnel. a
-	// lets b reach its pod 10.200.0.5 only, at first.
+	// lets b reach its pod 10.200.0.5 only, at first (as a provider lets a
+	// tenant reach the tenant's pods only), b lets a reach its whole pod
+	// CIDR (--gateway-peer-access=all).
 	own, aView, bView := p("10.200.0.0/24"), p("100.64.0.0/24"), p("100.64.0.0/24")
-	cfgA := Config{Accept: []netip.Prefix{p("10.200.0.5/32")}, Links: []Link{{Peer: "b", ListenPort: 51820, PrivateKey: aPriv, PeerPublicKey: bPub,
+	cfgA := Config{Links: []Link{{Peer: "b", ListenPort: 51820, PrivateKey: aPriv, PeerPublicKey: bPub,
 		PeerEndpoint: netip.MustParseAddrPort("192.0.2.2:51820"), Routes: []netip.Prefix{aView},
 		DNAT: []Netmap{{From: aView, To: own}}, SNAT: []Netmap{{From: own, To: bView}},
-		AllowedSources: []netip.Prefix{own, aView}}}}
-	cfgB := Config{Accept: []netip.Prefix{own}, Links: []Link{{Peer: "a", ListenPort: 51820, PrivateKey: bPriv, PeerPublicKey: aPub,
+		AllowedSources: []netip.Prefix{own, aView}, Accept: []netip.Prefix{p("10.200.0.5/32")}}}}
+	cfgB := Config{Links: []Link{{Peer: "a", ListenPort: 51820, PrivateKey: bPriv, PeerPublicKey: aPub,
 		PeerEndpoint: netip.MustParseAddrPort("192.0.2.1:51820"), Routes: []netip.Prefix{bView},
 		DNAT: []Netmap{{From: bView, To: own}}, SNAT: []Netmap{{From: own, To: aView}},
-		AllowedSources: []netip.Prefix{own, bView}}}}
+		AllowedSources: []netip.Prefix{own, bView}, Accept: []netip.Prefix{own}}}}
+	tp.helper("pa", "echo=10.200.0.5:7000")
+	tp.serve("ra", "10.200.0.1:8080", "router a")
 	ga := tp.startGateway("ra", cfgA)
 	gb := tp.startGateway("rb", cfgB)
 
@@ -317,12 +444,58 @@ func TestTunnelWithOverlappingCIDRs(t *testing.T) {
 		}
 	}
 
-	// b may not open connections to what a does not accept (pa2); once a
-	// accepts its whole pod CIDR, the running gateway lets b in.
+	// b reaches the address a accepts but not another of a's pod CIDR
+	// (pa2), nor a's router.
 	if got, err := tp.get("pb", "http://100.64.0.6:8080/"); err == nil {
 		t.Errorf("b reached a's pod 10.200.0.6, which a does not accept: %q", got)
 	}
-	cfgA.Accept = []netip.Prefix{own}
+	if got, err := tp.get("pb", "http://100.64.0.1:8080/"); err == nil {
+		t.Errorf("b reached a's router 10.200.0.1, which a does not accept: %q", got)
+	}
+	held, err := tp.dial("pb", "100.64.0.5:7000")
+	if err != nil {
+		t.Fatalf("b's connection to a's accepted pod: %v", err)
+	}
+	defer held.Close()
+	if err := echo(held, "before"); err != nil {
+		t.Fatalf("b's connection to a's accepted pod: %v", err)
+	}
+
+	// Accepting pa2 too only refills the link's set: the chains stay (same
+	// rule handles), the WireGuard session stays (same handshake), the
+	// connection b holds goes on, and b reaches pa2.
+	chains, handshake := tp.nftHandles("ra"), lastHandshake(ga.status, "b")
+	cfgA.Links[0].Accept = []netip.Prefix{p("10.200.0.6/32"), p("10.200.0.5/32")}
+	tp.writeConfig("ra", cfgA)
+	tp.eventuallyGet("pb", "http://100.64.0.6:8080/", "pod a2")
+	if err := echo(held, "after adding pa2"); err != nil {
+		t.Errorf("b's established connection after a's accept set grew: %v", err)
+	}
+	if diff := cmp.Diff(chains, tp.nftHandles("ra")); diff != "" {
+		t.Errorf("a's chains were rebuilt for an accept change (-before +after):\n%s", diff)
+	}
+	if got := lastHandshake(ga.status, "b"); handshake.IsZero() || !got.Equal(handshake) {
+		t.Errorf("a's WireGuard session with b changed with its accept set: handshake %s, then %s", handshake, got)
+	}
+	// Taking pa2 out again: b's new connections to it are dropped, the
+	// held connection to pa is not.
+	cfgA.Links[0].Accept = []netip.Prefix{p("10.200.0.5/32")}
+	tp.writeConfig("ra", cfgA)
+	tp.eventually("b refused pa2 again", func() error {
+		if got, err := tp.get("pb", "http://100.64.0.6:8080/"); err == nil {
+			return fmt.Errorf("b still reaches pa2: %q", got)
+		}
+		return nil
+	})
+	if err := echo(held, "after removing pa2"); err != nil {
+		t.Errorf("b's established connection after a's accept set shrank: %v", err)
+	}
+	if diff := cmp.Diff(chains, tp.nftHandles("ra")); diff != "" {
+		t.Errorf("a's chains were rebuilt for an accept change (-before +after):\n%s", diff)
+	}
+
+	// Once a accepts its whole pod CIDR, the running gateway lets b in.
+	cfgA.Links[0].Accept = []netip.Prefix{own}
 	tp.writeConfig("ra", cfgA)
 	tp.eventuallyGet("pb", "http://100.64.0.6:8080/", "pod a2")
 	before := tp.nftRules("ra")

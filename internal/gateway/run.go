@@ -37,41 +37,72 @@ type LinkStatus struct {
 // rule or route); Apply is idempotent, so this changes nothing otherwise.
 const resync = 30 * time.Second
 
+// poll is how often, between two reads of the configuration file, its
+// modification time and size are looked at: a file the agent rewrote is
+// applied within poll, not within the (longer) interval.
+const poll = 250 * time.Millisecond
+
+// fileStamp is what tells a rewritten file apart cheaply.
+type fileStamp struct {
+	mod  time.Time
+	size int64
+}
+
+func stampOf(path string) (fileStamp, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, err
+	}
+	return fileStamp{fi.ModTime(), fi.Size()}, nil
+}
+
 // Run applies the Config in configPath, again whenever the file changes
-// (checked every interval), every resync and, on error, until it succeeds;
-// it writes the links' state to statusPath (when set) every interval. When
-// ctx ends it removes everything it programmed.
+// (its modification time and size are looked at every 250 ms, the whole
+// file read every interval), every resync and, on error, until it
+// succeeds; it writes the links' state to statusPath (when set) every
+// interval. When ctx ends it removes everything it programmed.
 func Run(ctx context.Context, log logr.Logger, dp Applier, configPath, statusPath string, interval time.Duration) error {
 	var applied []byte
-	var appliedAt time.Time
+	var appliedAt, readAt, statusAt time.Time
+	var seen fileStamp
 	var cfg Config
-	tick := time.NewTicker(interval)
+	tick := time.NewTicker(min(interval, poll))
 	defer tick.Stop()
 	for {
-		data, err := os.ReadFile(configPath)
-		switch {
-		case err != nil:
-			log.Error(err, "Cannot read the configuration", "path", configPath)
-		case bytes.Equal(data, applied) && time.Since(appliedAt) >= resync:
-			if err := dp.Apply(cfg); err != nil {
-				log.Error(err, "Cannot apply the configuration again; retrying", "path", configPath)
-				break
+		now := time.Now()
+		st, statErr := stampOf(configPath)
+		if statErr != nil || st != seen || now.Sub(readAt) >= interval {
+			readAt, seen = now, st
+			data, err := os.ReadFile(configPath)
+			switch {
+			case err != nil:
+				log.Error(err, "Cannot read the configuration", "path", configPath)
+			case bytes.Equal(data, applied) && time.Since(appliedAt) >= resync:
+				if err := dp.Apply(cfg); err != nil {
+					log.Error(err, "Cannot apply the configuration again; retrying", "path", configPath)
+					break
+				}
+				appliedAt = time.Now()
+			case !bytes.Equal(data, applied):
+				next, err := ParseConfig(data)
+				if err != nil {
+					log.Error(err, "Invalid configuration", "path", configPath)
+					break
+				}
+				if err := dp.Apply(next); err != nil {
+					log.Error(err, "Cannot apply the configuration; retrying", "path", configPath)
+					break
+				}
+				applied, cfg, appliedAt = data, next, time.Now()
+				accept := 0
+				for _, l := range cfg.Links {
+					accept += len(l.Accept)
+				}
+				log.Info("Configuration applied", "links", len(cfg.Links), "acceptEntries", accept)
 			}
-			appliedAt = time.Now()
-		case !bytes.Equal(data, applied):
-			next, err := ParseConfig(data)
-			if err != nil {
-				log.Error(err, "Invalid configuration", "path", configPath)
-				break
-			}
-			if err := dp.Apply(next); err != nil {
-				log.Error(err, "Cannot apply the configuration; retrying", "path", configPath)
-				break
-			}
-			applied, cfg, appliedAt = data, next, time.Now()
-			log.Info("Configuration applied", "links", len(cfg.Links))
 		}
-		if statusPath != "" {
+		if statusPath != "" && now.Sub(statusAt) >= interval {
+			statusAt = now
 			if err := writeStatus(dp, cfg, statusPath); err != nil {
 				log.Error(err, "Cannot write the status", "path", statusPath)
 			}

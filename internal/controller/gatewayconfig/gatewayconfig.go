@@ -3,11 +3,23 @@
 // WireGuard private key in a Secret (created once, never sent anywhere),
 // publishes the public key and the gateway's address in a ConfigMap for
 // `annexctl network connect` to copy to peers, renders the gateway's
-// configuration file from the NetworkConfigurations and the transit
-// addresses of offloaded pods (Render), and reports each tunnel's state
-// from the gateway's status file into its NetworkConfiguration
-// (condition TunnelConnected, status.tunnel). annex-gateway programs the
-// network namespace from that file (internal/gateway).
+// configuration file from the NetworkConfigurations, the transit addresses
+// of offloaded pods and, per link, what the peer may open connections to
+// (Render, PeerAccess: by default the pods of its own remote namespaces
+// here), and reports each tunnel's state from the gateway's status file
+// into its NetworkConfiguration (condition TunnelConnected,
+// status.tunnel). annex-gateway programs the network namespace from that
+// file (internal/gateway).
+//
+// A link whose peer claims CIDRs that are not private ranges, or that
+// cover this cluster's service CIDR or a node's address, is not programmed
+// (netview.CheckLink): TunnelConnected says CIDRRefused with the rule, and
+// a Warning Event RemoteCIDRRefused goes to the NetworkConfiguration.
+//
+// The file is rendered at most once per second (renderEvery): a burst of
+// pod changes costs one write per second, and a new tenant pod is
+// reachable from its peer about a second after the agent's cache sees its
+// IP (plus the gateway's 250 ms look at the file).
 package gatewayconfig
 
 import (
@@ -16,9 +28,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +42,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -40,15 +55,18 @@ import (
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/gateway"
 	"github.com/annexhq/annex/internal/netview"
+	"github.com/annexhq/annex/internal/network"
 )
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create,namespace=annex-system
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;patch,namespace=annex-system
 // +kubebuilder:rbac:groups=networking.annex.dev,resources=networkconfigurations,verbs=get;list;watch
 // +kubebuilder:rbac:groups=networking.annex.dev,resources=networkconfigurations/status,verbs=get;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods;namespaces;nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=offloading.annex.dev,resources=namespaceoffloadings,verbs=get;list;watch
 
 // Options configure the gateway side of the agent.
 type Options struct {
@@ -62,6 +80,9 @@ type Options struct {
 	Address string
 	// Interval is how often the status file is read (default 2s).
 	Interval time.Duration
+	// PeerAccess says what peers may open connections to (default
+	// PeerAccessTenant).
+	PeerAccess PeerAccess
 }
 
 // BindFlags registers --gateway-config, --gateway-status and
@@ -73,6 +94,25 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 		"the file annex-gateway --status writes; its tunnels' state goes into the NetworkConfigurations (condition TunnelConnected)")
 	fs.StringVar(&o.Address, "gateway-endpoint", o.Address,
 		"the IP address other clusters' gateways reach this cluster's gateway at (required with --gateway-config)")
+	if o.PeerAccess == "" {
+		o.PeerAccess = PeerAccessTenant
+	}
+	fs.Var((*peerAccessValue)(&o.PeerAccess), "gateway-peer-access",
+		"what a peer may open connections to through the gateway: tenant (the pods of its own remote namespaces here; a provider also the pods of the namespaces offloaded to it and their transit addresses; a peer linked only for direct connections the pods of every tenant) or all (this cluster's whole pod CIDR and every transit address)")
+}
+
+// peerAccessValue is --gateway-peer-access.
+type peerAccessValue PeerAccess
+
+func (v *peerAccessValue) String() string { return string(*v) }
+func (v *peerAccessValue) Type() string   { return "tenant|all" }
+func (v *peerAccessValue) Set(s string) error {
+	switch PeerAccess(s) {
+	case PeerAccessTenant, PeerAccessAll:
+		*v = peerAccessValue(s)
+		return nil
+	}
+	return fmt.Errorf("must be %q or %q", PeerAccessTenant, PeerAccessAll)
 }
 
 // Enabled says whether the agent runs with a gateway.
@@ -80,6 +120,11 @@ func (o Options) Enabled() bool { return o.ConfigPath != "" }
 
 // Validate checks the flags.
 func (o Options) Validate() error {
+	switch o.PeerAccess {
+	case "", PeerAccessTenant, PeerAccessAll:
+	default:
+		return fmt.Errorf("--gateway-peer-access must be %q or %q, got %q", PeerAccessTenant, PeerAccessAll, o.PeerAccess)
+	}
 	if !o.Enabled() {
 		if o.StatusPath != "" || o.Address != "" {
 			return errors.New("--gateway-status and --gateway-endpoint need --gateway-config")
@@ -100,70 +145,185 @@ const (
 	// countersRefresh is how often at most the byte counters alone are
 	// written into status.tunnel.
 	countersRefresh = time.Minute
+	// renderEvery is how often at most the configuration is rendered (and
+	// the file written): the changes of a burst of pods within it are
+	// written together, at its end.
+	renderEvery = time.Second
 )
 
 // Reconciler renders the gateway's configuration and reports its tunnels.
 type Reconciler struct {
-	client client.Client
-	api    client.Reader
-	opts   Options
-	local  Local // PrivateKey filled in by ensureKey
-	clock  clock.Clock
+	client   client.Client
+	api      client.Reader
+	recorder events.EventRecorder
+	opts     Options
+	local    Local // PrivateKey filled in by ensureKey, Ranges.Nodes by each render
+	clock    clock.Clock
 
 	mu         sync.Mutex
 	keyReady   bool
 	written    []byte
+	writes     int                  // files written, for tests
+	renderedAt time.Time            // the last render
 	countersAt map[string]time.Time // by NetworkConfiguration name
+	refused    map[string]string    // by NetworkConfiguration name: the refusal last reported
 }
 
-// New returns the Reconciler. c reads NetworkConfigurations, pods and
-// ForeignClusters from the cache and patches NetworkConfiguration status;
-// api reads the key Secret and ConfigMap directly.
-func New(c client.Client, api client.Reader, opts Options, podCIDR, externalCIDR netip.Prefix, clk clock.Clock) *Reconciler {
+// Cluster is this cluster's own ranges (from its identity).
+type Cluster struct {
+	PodCIDR, ServiceCIDR netip.Prefix
+	ExternalCIDR         netip.Prefix // invalid: none, no transit
+}
+
+// New returns the Reconciler. c reads NetworkConfigurations, pods,
+// namespaces, NamespaceOffloadings, nodes and ForeignClusters from the
+// cache and patches NetworkConfiguration status; api reads the key Secret
+// and ConfigMap directly; recorder receives the refusals of peers' CIDRs.
+func New(c client.Client, api client.Reader, recorder events.EventRecorder, opts Options, cluster Cluster, clk clock.Clock) *Reconciler {
 	if opts.Interval <= 0 {
 		opts.Interval = 2 * time.Second
 	}
-	return &Reconciler{client: c, api: api, opts: opts, clock: clk,
-		local: Local{PodCIDR: podCIDR, ExternalCIDR: externalCIDR}, countersAt: map[string]time.Time{}}
+	if opts.PeerAccess == "" {
+		opts.PeerAccess = PeerAccessTenant
+	}
+	return &Reconciler{client: c, api: api, recorder: recorder, opts: opts, clock: clk,
+		local: Local{PodCIDR: cluster.PodCIDR, ExternalCIDR: cluster.ExternalCIDR,
+			Ranges: network.LocalRanges{ServiceCIDR: cluster.ServiceCIDR}},
+		countersAt: map[string]time.Time{}, refused: map[string]string{}}
 }
 
 // the single request every event maps to: the file is one whole.
 var theRequest = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: corev1alpha1.AgentNamespace, Name: "gateway"}}
 
 // Reconcile writes the configuration file when it changed and reports the
-// tunnels; it runs again every Interval to follow the status file.
+// tunnels; it runs again every Interval to follow the status file. It
+// renders at most every renderEvery: called sooner, it only asks to be
+// called again when that time is up.
 func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
+	now := r.clock.Now()
+	r.mu.Lock()
+	wait := r.renderedAt.Add(renderEvery).Sub(now)
+	if r.renderedAt.IsZero() || wait <= 0 {
+		r.renderedAt = now
+	}
+	r.mu.Unlock()
+	if wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	if err := r.ensureKey(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
-	ncs := &networkingv1alpha1.NetworkConfigurationList{}
-	if err := r.client.List(ctx, ncs, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil {
-		return ctrl.Result{}, err
-	}
-	nodes, err := netview.VirtualNodes(ctx, r.client)
+	st, err := r.state(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	var pods []corev1.Pod
-	if r.local.ExternalCIDR.IsValid() && len(nodes) > 0 {
-		list := &corev1.PodList{}
-		if err := r.client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-			return ctrl.Result{}, err
-		}
-		pods = list.Items
-	}
-	cfg, skipped := Render(r.local, ncs.Items, pods, nodes)
-	for name, why := range skipped {
-		ctrl.LoggerFrom(ctx).Error(errors.New(why), "Link left out of the gateway configuration", "networkConfiguration", name)
-	}
+	cfg, skipped := Render(r.local, st, r.opts.PeerAccess)
+	r.reportRefusals(ctx, st.NetworkConfigurations, skipped)
 	if err := r.write(ctx, cfg); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.report(ctx, ncs.Items); err != nil {
+	if err := r.report(ctx, st.NetworkConfigurations, skipped); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: r.opts.Interval}, nil
 }
+
+// state reads what Render needs from the cache.
+func (r *Reconciler) state(ctx context.Context) (State, error) {
+	var st State
+	ncs := &networkingv1alpha1.NetworkConfigurationList{}
+	if err := r.client.List(ctx, ncs, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil {
+		return st, err
+	}
+	st.NetworkConfigurations = ncs.Items
+	if len(ncs.Items) == 0 {
+		return st, nil // no link: nothing else matters
+	}
+	nodes := &corev1.NodeList{}
+	if err := r.client.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return st, err
+	}
+	r.local.Ranges.Nodes = netview.NodeAddresses(nodes.Items)
+	fcs := &corev1alpha1.ForeignClusterList{}
+	if err := r.client.List(ctx, fcs); err != nil {
+		return st, err
+	}
+	st.VirtualNodes = map[string]string{}
+	st.Roles = map[string]corev1alpha1.PeeringRole{}
+	for _, fc := range fcs.Items {
+		if id := fc.Spec.ClusterID; id != "" {
+			st.VirtualNodes[corev1alpha1.VirtualNodeName(id)] = id
+			st.Roles[id] = fc.Status.Role
+		}
+	}
+	// Pods matter for transit addresses (pods on virtual nodes) and for
+	// what peers may reach (unless they reach everything).
+	if r.opts.PeerAccess == PeerAccessAll && (!r.local.ExternalCIDR.IsValid() || len(st.VirtualNodes) == 0) {
+		return st, nil
+	}
+	pods := &corev1.PodList{}
+	if err := r.client.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
+		return st, err
+	}
+	st.Pods = pods.Items
+	if r.opts.PeerAccess == PeerAccessAll {
+		return st, nil
+	}
+	nss := &corev1.NamespaceList{}
+	if err := r.client.List(ctx, nss, client.MatchingLabels{corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}, client.UnsafeDisableDeepCopy); err != nil {
+		return st, err
+	}
+	st.RemoteNamespaces = map[string]string{}
+	for _, ns := range nss.Items {
+		if id := ns.Labels[corev1alpha1.LabelRemoteClusterID]; id != "" {
+			st.RemoteNamespaces[ns.Name] = id
+		}
+	}
+	nsos := &offloadingv1alpha1.NamespaceOffloadingList{}
+	if err := r.client.List(ctx, nsos, client.UnsafeDisableDeepCopy); err != nil {
+		return st, err
+	}
+	st.Offloaded = map[string][]string{}
+	for _, nso := range nsos.Items {
+		for _, e := range nso.Status.RemoteNamespaces {
+			if e.ClusterID != "" {
+				st.Offloaded[nso.Namespace] = append(st.Offloaded[nso.Namespace], e.ClusterID)
+			}
+		}
+	}
+	return st, nil
+}
+
+// reportRefusals records a Warning Event on each NetworkConfiguration whose
+// CIDRs were refused, once per refusal (again when it changes), and logs
+// every link left out.
+func (r *Reconciler) reportRefusals(ctx context.Context, ncs []networkingv1alpha1.NetworkConfiguration, skipped map[string]error) {
+	log := ctrl.LoggerFrom(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range ncs {
+		nc := &ncs[i]
+		err, ok := skipped[nc.Name]
+		if !ok {
+			delete(r.refused, nc.Name)
+			continue
+		}
+		msg := err.Error()
+		if r.refused[nc.Name] == msg {
+			continue
+		}
+		r.refused[nc.Name] = msg
+		log.Error(err, "Link left out of the gateway configuration", "networkConfiguration", client.ObjectKeyFromObject(nc))
+		var claim *network.ClaimError
+		if errors.As(err, &claim) && r.recorder != nil {
+			r.recorder.Eventf(nc, nil, corev1.EventTypeWarning, EventCIDRRefused, "Refuse", "%s", msg)
+		}
+	}
+}
+
+// EventCIDRRefused is the reason of the Warning Event on a
+// NetworkConfiguration whose CIDRs the agent refused to program.
+const EventCIDRRefused = "RemoteCIDRRefused"
 
 // ensureKey loads the private key from the Secret, creating both the
 // Secret and the published ConfigMap the first time.
@@ -258,18 +418,23 @@ func (r *Reconciler) write(ctx context.Context, cfg gateway.Config) error {
 		return fmt.Errorf("write the gateway configuration: %w", err)
 	}
 	r.written = data
+	r.writes++
 	transit := 0
 	for _, l := range cfg.Links {
 		transit += len(l.Transit)
 	}
-	ctrl.LoggerFrom(ctx).Info("Wrote the gateway configuration", "path", r.opts.ConfigPath, "links", len(cfg.Links), "transitAddresses", transit)
+	accept := 0
+	for _, l := range cfg.Links {
+		accept += len(l.Accept)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Wrote the gateway configuration", "path", r.opts.ConfigPath, "links", len(cfg.Links), "transitAddresses", transit, "acceptEntries", accept)
 	return nil
 }
 
 // report copies the gateway's status file into the NetworkConfigurations,
 // writing only what changed (the byte counters at most every
 // countersRefresh).
-func (r *Reconciler) report(ctx context.Context, ncs []networkingv1alpha1.NetworkConfiguration) error {
+func (r *Reconciler) report(ctx context.Context, ncs []networkingv1alpha1.NetworkConfiguration, skipped map[string]error) error {
 	now := metav1.NewTime(r.clock.Now())
 	byPeer := map[string]*gateway.LinkStatus{}
 	fresh := false
@@ -292,6 +457,9 @@ func (r *Reconciler) report(ctx context.Context, ncs []networkingv1alpha1.Networ
 		}
 		st := byPeer[nc.Spec.RemoteClusterID]
 		cond := tunnelCondition(nc.Spec.Tunnel != nil, fresh, st, now, handshakeMaxAge)
+		if err, ok := skipped[nc.Name]; ok {
+			cond = skippedCondition(err)
+		}
 		var tun *networkingv1alpha1.TunnelStatus
 		if st != nil && fresh {
 			tun = &networkingv1alpha1.TunnelStatus{RxBytes: st.RxBytes, TxBytes: st.TxBytes}
@@ -344,16 +512,25 @@ func needsWrite(nc *networkingv1alpha1.NetworkConfiguration, cond metav1.Conditi
 	return countersDue && (prev.RxBytes != tun.RxBytes || prev.TxBytes != tun.TxBytes)
 }
 
-// SetupWithManager registers the controller "gatewayconfig": every
-// NetworkConfiguration change and every change of a pod with a transit
-// address triggers a render.
+// skippedCondition is TunnelConnected for a link the agent left out.
+func skippedCondition(err error) metav1.Condition {
+	c := metav1.Condition{Type: networkingv1alpha1.ConditionTunnelConnected, Status: metav1.ConditionFalse,
+		Reason: networkingv1alpha1.ReasonInvalidLink, Message: "not programmed: " + err.Error()}
+	var claim *network.ClaimError
+	if errors.As(err, &claim) {
+		c.Reason = networkingv1alpha1.ReasonCIDRRefused
+	}
+	return c
+}
+
+// SetupWithManager registers the controller "gatewayconfig": a change of a
+// NetworkConfiguration, a ForeignCluster or a NamespaceOffloading, of a
+// pod's addresses, node, phase or transit address, of the labels of a
+// namespace of Annex's, or of a node's addresses triggers a render (at
+// most one per renderEvery).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{theRequest}
-	})
-	hasTransit := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		_, ok := o.GetAnnotations()[corev1alpha1.AnnotationTransitAddress]
-		return ok
 	})
 	// One event at start: the key and the ConfigMap are made, and the file
 	// written, even before there is any link.
@@ -363,7 +540,65 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("gatewayconfig").
 		WatchesRawSource(source.Channel(start, all)).
 		Watches(&networkingv1alpha1.NetworkConfiguration{}, all).
-		Watches(&corev1.Pod{}, all, builder.WithPredicates(hasTransit)).
+		Watches(&corev1.Pod{}, all, builder.WithPredicates(podPredicate)).
+		Watches(&corev1.Namespace{}, all, builder.WithPredicates(namespacePredicate)).
+		Watches(&corev1.Node{}, all, builder.WithPredicates(nodePredicate)).
+		Watches(&offloadingv1alpha1.NamespaceOffloading{}, all).
 		Watches(&corev1alpha1.ForeignCluster{}, all).
 		Complete(r)
+}
+
+// podPredicate passes the pod changes a render depends on: a pod that has
+// (or had) an address or a transit address appearing, going, or changing
+// them, its node or its phase.
+var podPredicate = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return podMatters(e.Object) },
+	DeleteFunc: func(e event.DeleteEvent) bool { return podMatters(e.Object) },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Pod)
+		n, ok2 := e.ObjectNew.(*corev1.Pod)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return o.Status.PodIP != n.Status.PodIP || !slices.Equal(o.Status.PodIPs, n.Status.PodIPs) ||
+			o.Status.Phase != n.Status.Phase || o.Spec.NodeName != n.Spec.NodeName ||
+			o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
+			o.Annotations[corev1alpha1.AnnotationTransitAddress] != n.Annotations[corev1alpha1.AnnotationTransitAddress]
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func podMatters(o client.Object) bool {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return true
+	}
+	_, transit := p.Annotations[corev1alpha1.AnnotationTransitAddress]
+	return p.Status.PodIP != "" || transit
+}
+
+// namespacePredicate passes the namespaces of Annex's (remote namespaces)
+// appearing, going or changing labels.
+var namespacePredicate = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return annexNamespace(e.Object) },
+	DeleteFunc: func(e event.DeleteEvent) bool { return annexNamespace(e.Object) },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return (annexNamespace(e.ObjectOld) || annexNamespace(e.ObjectNew)) && !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func annexNamespace(o client.Object) bool {
+	return o.GetLabels()[corev1alpha1.LabelManagedBy] == corev1alpha1.ManagedByAnnex
+}
+
+// nodePredicate passes nodes appearing, going or changing addresses (not
+// their heartbeats).
+var nodePredicate = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Node)
+		n, ok2 := e.ObjectNew.(*corev1.Node)
+		return !ok1 || !ok2 || !slices.Equal(o.Status.Addresses, n.Status.Addresses)
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
 }

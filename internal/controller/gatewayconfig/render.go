@@ -13,6 +13,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	"github.com/annexhq/annex/internal/gateway"
+	"github.com/annexhq/annex/internal/netview"
 	"github.com/annexhq/annex/internal/network"
 )
 
@@ -21,42 +22,199 @@ type Local struct {
 	PodCIDR      netip.Prefix
 	ExternalCIDR netip.Prefix // invalid when the cluster has none: no transit
 	PrivateKey   gateway.Key
+	// Ranges are what the peers' CIDRs must keep clear of: this cluster's
+	// service CIDR and its nodes' addresses.
+	Ranges network.LocalRanges
+}
+
+// PeerAccess says what a peer may open connections to through the gateway
+// (--gateway-peer-access).
+type PeerAccess string
+
+const (
+	// PeerAccessTenant, the default: a peer reaches the pods of its own
+	// remote namespaces here (it is this cluster's tenant); a provider of
+	// this cluster also reaches the pods of this cluster's namespaces
+	// offloaded to it and the transit addresses of their pods on other
+	// providers; a peer with no peering at all (a link made for direct
+	// connections between two providers) reaches the pods of every
+	// tenant's remote namespaces, never this cluster's own pods.
+	PeerAccessTenant PeerAccess = "tenant"
+	// PeerAccessAll: every peer reaches this cluster's whole pod CIDR and
+	// every transit address, as before per-peer access existed.
+	PeerAccessAll PeerAccess = "all"
+)
+
+// State is what Render reads of the cluster, all from the agent's cache.
+type State struct {
+	NetworkConfigurations []networkingv1alpha1.NetworkConfiguration
+	Pods                  []corev1.Pod
+	// VirtualNodes maps a virtual node's name to its provider's cluster ID.
+	VirtualNodes map[string]string
+	// Roles maps a peer's cluster ID to its ForeignCluster's status.role;
+	// a peer with no ForeignCluster is absent.
+	Roles map[string]corev1alpha1.PeeringRole
+	// RemoteNamespaces maps each remote namespace of this cluster (labelled
+	// annex.dev/managed-by=annex and annex.dev/remote-cluster-id) to the
+	// consumer it belongs to.
+	RemoteNamespaces map[string]string
+	// Offloaded maps each namespace of this cluster with a
+	// NamespaceOffloading to the providers its status lists.
+	Offloaded map[string][]string
 }
 
 // Render computes the gateway's configuration (docs/network.md, "What a
-// gateway must do"): one link per Ready NetworkConfiguration with a tunnel,
-// and on each link the transit addresses of this cluster's pods running on
-// that peer (pods on the peer's virtual node; virtualNodes maps node name to
-// cluster ID); peers may open connections to this cluster's pod CIDR only.
-// Links and transit addresses are sorted, so the same input always renders
-// the same file. A NetworkConfiguration that cannot be
-// rendered is left out and reported in skipped (by name) with the reason.
-func Render(local Local, ncs []networkingv1alpha1.NetworkConfiguration, pods []corev1.Pod, virtualNodes map[string]string) (cfg gateway.Config, skipped map[string]string) {
-	skipped = map[string]string{}
-	transit := transitByPeer(pods, virtualNodes)
-	for i := range ncs {
-		nc := &ncs[i]
+// gateway must do"): one link per Ready NetworkConfiguration with a tunnel
+// whose CIDRs pass netview.CheckLink; on each link the transit addresses of
+// this cluster's pods running on that peer (pods on the peer's virtual
+// node), and the destinations the peer may open connections to (accept,
+// see PeerAccess; aggregated into the fewest prefixes). Links, transit
+// addresses and accept lists are sorted, so the same input always renders
+// the same file. A NetworkConfiguration that cannot be rendered is left out
+// and reported in skipped (by name): a *network.ClaimError when the rule of
+// a CIDR claim refused it, another error otherwise.
+func Render(local Local, st State, access PeerAccess) (cfg gateway.Config, skipped map[string]error) {
+	skipped = map[string]error{}
+	transit := transitByPeer(st.Pods, st.VirtualNodes)
+	cfg.Links = []gateway.Link{}
+	names := map[string]string{} // NetworkConfiguration by peer
+	for i := range st.NetworkConfigurations {
+		nc := &st.NetworkConfigurations[i]
 		if !nc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := netview.CheckLink(nc, local.Ranges); err != nil {
+			skipped[nc.Name] = err
 			continue
 		}
 		l, err := renderLink(local, nc, transit[nc.Spec.RemoteClusterID])
 		if err != nil {
-			skipped[nc.Name] = err.Error()
+			skipped[nc.Name] = err
 			continue
 		}
 		if l != nil {
 			cfg.Links = append(cfg.Links, *l)
+			names[l.Peer] = nc.Name
 		}
 	}
 	slices.SortFunc(cfg.Links, func(a, b gateway.Link) int { return strings.Compare(a.Peer, b.Peer) })
-	if local.PodCIDR.IsValid() {
-		// Peers open connections to this cluster's pods, nothing else.
-		cfg.Accept = []netip.Prefix{local.PodCIDR}
+	acc := newAccess(local, st, cfg.Links)
+	links := cfg.Links[:0]
+	for _, l := range cfg.Links {
+		if access == PeerAccessAll {
+			l.Accept = acc.all()
+		} else {
+			l.Accept = acc.forPeer(l.Peer)
+		}
+		if len(l.Accept) > gateway.MaxAccept {
+			skipped[names[l.Peer]] = fmt.Errorf("the peer may reach %d separate ranges, more than a gateway takes (%d); run the agent with --gateway-peer-access=all", len(l.Accept), gateway.MaxAccept)
+			continue
+		}
+		links = append(links, l)
 	}
-	if cfg.Links == nil {
-		cfg.Links = []gateway.Link{}
-	}
+	cfg.Links = links
 	return cfg, skipped
+}
+
+// accessIndex holds, for computing accept lists, this cluster's addresses
+// by what they belong to.
+type accessIndex struct {
+	podCIDR netip.Prefix
+	roles   map[string]corev1alpha1.PeeringRole
+	// tenantPods: pod addresses of each consumer's remote namespaces.
+	tenantPods map[string][]netip.Prefix
+	allTenants []netip.Prefix
+	// offloaded: addresses of this cluster's own pods (not on virtual
+	// nodes) in the namespaces offloaded to each provider, and the transit
+	// addresses of the pods of those namespaces on other providers.
+	offloaded map[string][]netip.Prefix
+	transit   []netip.Prefix // every transit address a link leads to
+}
+
+// podAddrs are the IPv4 addresses of p inside podCIDR (a host-network
+// pod's node address is none of them), none for a pod that finished. A
+// pod being deleted keeps its addresses until it is gone: its connections
+// may still be served.
+func podAddrs(p *corev1.Pod, podCIDR netip.Prefix) []netip.Prefix {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	var out []netip.Prefix
+	add := func(s string) {
+		a, err := netip.ParseAddr(s)
+		if err == nil && a.Is4() && podCIDR.Contains(a) {
+			pfx := netip.PrefixFrom(a, 32)
+			if !slices.Contains(out, pfx) {
+				out = append(out, pfx)
+			}
+		}
+	}
+	add(p.Status.PodIP)
+	for _, ip := range p.Status.PodIPs {
+		add(ip.IP)
+	}
+	return out
+}
+
+func newAccess(local Local, st State, links []gateway.Link) *accessIndex {
+	a := &accessIndex{podCIDR: local.PodCIDR, roles: st.Roles,
+		tenantPods: map[string][]netip.Prefix{}, offloaded: map[string][]netip.Prefix{}}
+	// Transit addresses the gateway leads somewhere, by the peer their pod
+	// runs on.
+	transitTo := map[netip.Addr]string{}
+	for _, l := range links {
+		for _, t := range l.Transit {
+			transitTo[t.Address] = l.Peer
+			a.transit = append(a.transit, netip.PrefixFrom(t.Address, 32))
+		}
+	}
+	for i := range st.Pods {
+		p := &st.Pods[i]
+		if consumer, ok := st.RemoteNamespaces[p.Namespace]; ok {
+			addrs := podAddrs(p, local.PodCIDR)
+			a.tenantPods[consumer] = append(a.tenantPods[consumer], addrs...)
+			a.allTenants = append(a.allTenants, addrs...)
+			continue
+		}
+		providers := st.Offloaded[p.Namespace]
+		if len(providers) == 0 {
+			continue
+		}
+		if on, remote := st.VirtualNodes[p.Spec.NodeName]; remote {
+			t, err := netip.ParseAddr(p.Annotations[corev1alpha1.AnnotationTransitAddress])
+			if err != nil || transitTo[t] != on {
+				continue // no transit address, or none the gateway leads to this pod
+			}
+			for _, prov := range providers {
+				if prov != on { // a provider reaches its own pods itself
+					a.offloaded[prov] = append(a.offloaded[prov], netip.PrefixFrom(t, 32))
+				}
+			}
+			continue
+		}
+		addrs := podAddrs(p, local.PodCIDR)
+		for _, prov := range providers {
+			a.offloaded[prov] = append(a.offloaded[prov], addrs...)
+		}
+	}
+	return a
+}
+
+// forPeer is what peer may open connections to (PeerAccessTenant).
+func (a *accessIndex) forPeer(peer string) []netip.Prefix {
+	out := slices.Clone(a.tenantPods[peer])
+	switch role, peered := a.roles[peer]; {
+	case !peered:
+		out = append(out, a.allTenants...) // a link for direct connections
+	case role == corev1alpha1.RoleProvider || role == corev1alpha1.RoleBoth:
+		out = append(out, a.offloaded[peer]...)
+	}
+	return gateway.Aggregate(out)
+}
+
+// all is what every peer may open connections to (PeerAccessAll).
+func (a *accessIndex) all() []netip.Prefix {
+	return gateway.Aggregate(append([]netip.Prefix{a.podCIDR}, a.transit...))
 }
 
 // transitAddr is a pod's transit address and its IP in this cluster's view.

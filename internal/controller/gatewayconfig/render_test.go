@@ -2,7 +2,6 @@ package gatewayconfig
 
 import (
 	"net/netip"
-	"slices"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	"github.com/annexhq/annex/internal/gateway"
+	"github.com/annexhq/annex/internal/network"
 )
 
 func key(t *testing.T) (gateway.Key, gateway.Key) {
@@ -54,7 +54,8 @@ func TestRender(t *testing.T) {
 	priv, _ := key(t)
 	_, gammaPub := key(t)
 	_, betaPub := key(t)
-	local := Local{PodCIDR: p("10.200.0.0/16"), ExternalCIDR: p("10.70.0.0/16"), PrivateKey: priv}
+	local := Local{PodCIDR: p("10.200.0.0/16"), ExternalCIDR: p("10.70.0.0/16"), PrivateKey: priv,
+		Ranges: network.LocalRanges{ServiceCIDR: p("10.96.0.0/16"), Nodes: []network.NodeAddress{{Node: "n1", Addr: a("192.168.77.1")}}}}
 	gammaTunnel := &networkingv1alpha1.TunnelSpec{ListenPort: 51821, RemotePublicKey: gammaPub.String(), RemoteEndpoint: "192.168.77.3:51820"}
 	betaTunnel := &networkingv1alpha1.TunnelSpec{ListenPort: 51820, RemotePublicKey: betaPub.String(), RemoteEndpoint: "192.168.77.2:51820"}
 	remap := &networkingv1alpha1.RemappedCIDRs{PodCIDR: "100.64.0.0/16"}
@@ -68,15 +69,21 @@ func TestRender(t *testing.T) {
 		DNAT:           []gateway.Netmap{{From: p("100.64.0.0/16"), To: p("10.200.0.0/16")}},
 		SNAT:           []gateway.Netmap{{From: p("10.200.0.0/16"), To: p("100.64.0.0/16")}},
 		AllowedSources: []netip.Prefix{p("10.200.0.0/16"), p("100.64.0.0/16"), p("10.72.0.0/16")},
+		Accept:         []netip.Prefix{p("10.200.0.0/16")}, // --gateway-peer-access=all
 	}
 	wantBeta := gateway.Link{Peer: "beta", ListenPort: 51820, PrivateKey: priv, PeerPublicKey: betaPub,
 		PeerEndpoint:   netip.MustParseAddrPort("192.168.77.2:51820"),
 		Routes:         []netip.Prefix{p("10.201.0.0/16"), p("10.71.0.0/16")},
 		AllowedSources: []netip.Prefix{p("10.201.0.0/16"), p("10.71.0.0/16")},
+		Accept:         []netip.Prefix{p("10.200.0.0/16")},
 	}
 	withTransit := wantGamma
 	withTransit.Masquerade = a("10.70.255.254")
 	withTransit.Transit = []gateway.Transit{{Address: a("10.70.0.1"), To: a("10.200.0.11")}, {Address: a("10.70.0.3"), To: a("10.200.0.12")}}
+	withTransit.Accept = []netip.Prefix{p("10.70.0.1/32"), p("10.70.0.3/32"), p("10.200.0.0/16")}
+	public := link("beta", "8.8.0.0/16", "10.71.0.0/16", nil, nil, betaTunnel, true)
+	overService := link("beta", "10.201.0.0/16", "10.96.0.0/12", nil, nil, betaTunnel, true)
+	viewOnNodes := link("beta", "10.200.0.0/16", "10.71.0.0/16", &networkingv1alpha1.RemappedCIDRs{PodCIDR: "192.168.77.0/24"}, nil, betaTunnel, false)
 
 	tests := []struct {
 		name        string
@@ -109,19 +116,35 @@ func TestRender(t *testing.T) {
 				&networkingv1alpha1.TunnelSpec{ListenPort: 51820, RemotePublicKey: "nope", RemoteEndpoint: "192.168.77.3:51820"}, true)},
 			want:        []gateway.Link{},
 			wantSkipped: map[string]string{"gamma": "spec.tunnel.remotePublicKey: a WireGuard key is 32 bytes in base64"}},
+		{name: "a peer claiming a public range is refused, the other links stay",
+			ncs:  []networkingv1alpha1.NetworkConfiguration{gamma, public},
+			want: []gateway.Link{wantGamma},
+			wantSkipped: map[string]string{"beta": "annex-network-private-range: spec.remote.podCIDR 8.8.0.0/16 is not inside a private range " +
+				"(10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, fd00::/8)"}},
+		{name: "a peer's CIDR over this cluster's service CIDR is refused",
+			ncs:  []networkingv1alpha1.NetworkConfiguration{overService},
+			want: []gateway.Link{},
+			wantSkipped: map[string]string{"beta": "annex-network-service-cidr: spec.remote.externalCIDR 10.96.0.0/12 overlaps " +
+				"this cluster's service CIDR 10.96.0.0/16"}},
+		{name: "a remapping onto this cluster's nodes is refused, even before the link is ready",
+			ncs:  []networkingv1alpha1.NetworkConfiguration{viewOnNodes},
+			want: []gateway.Link{},
+			wantSkipped: map[string]string{"beta": "annex-network-node-address: status.remappedRemote.podCIDR 192.168.77.0/24 holds " +
+				"the address 192.168.77.1 of this cluster's node n1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, skipped := Render(local, tt.ncs, tt.pods, nodes)
+			got, skippedErrs := Render(local, State{NetworkConfigurations: tt.ncs, Pods: tt.pods, VirtualNodes: nodes}, PeerAccessAll)
+			skipped := map[string]string{}
+			for name, err := range skippedErrs {
+				skipped[name] = err.Error()
+			}
 			if diff := cmp.Diff(tt.want, got.Links, cmp.Comparer(func(x, y netip.Prefix) bool { return x == y }),
 				cmp.Comparer(func(x, y netip.Addr) bool { return x == y }), cmp.Comparer(func(x, y netip.AddrPort) bool { return x == y })); diff != "" {
 				t.Errorf("links (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tt.wantSkipped, skipped); diff != "" {
 				t.Errorf("skipped (-want +got):\n%s", diff)
-			}
-			if want := []netip.Prefix{local.PodCIDR}; !slices.Equal(got.Accept, want) {
-				t.Errorf("accept %v, want %v (this cluster's pod CIDR)", got.Accept, want)
 			}
 			if err := got.Validate(); err != nil {
 				t.Errorf("rendered configuration is invalid: %v", err)
