@@ -1,6 +1,9 @@
 // Package network owns `annexctl network connect` and `network disconnect`:
-// with admin access to two clusters it decides how each side maps the other's
-// pod and external CIDRs (remapping those that overlap, see internal/network)
+// with admin access to two clusters it checks the CIDRs each publishes
+// (private ranges only, clear of the other's service CIDR and nodes: the
+// rules of internal/network.CheckPeerCIDR), decides how each side maps the
+// other's pod and external CIDRs (remapping those that overlap, see
+// internal/network)
 // and writes the pair of NetworkConfigurations — spec by server-side apply,
 // the remappings and conditions by status patch — that a gateway implements;
 // or deletes them.
@@ -12,6 +15,7 @@ import (
 	"net/netip"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,6 +26,7 @@ import (
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/identity"
+	"github.com/annexhq/annex/internal/netview"
 	annexnet "github.com/annexhq/annex/internal/network"
 )
 
@@ -162,7 +167,11 @@ func side(ctx context.Context, c *cli.Cluster, id identity.Identity, peer string
 			return Side{}, fmt.Errorf("%s: NetworkConfiguration %s/%s is for cluster %q, not %q; delete it first", id.ClusterID, nc.Namespace, nc.Name, nc.Spec.RemoteClusterID, peer)
 		}
 	}
-	return Side{Identity: id, Configs: list.Items}, nil
+	nodes := &corev1.NodeList{}
+	if err := c.Client.List(ctx, nodes); err != nil {
+		return Side{}, fmt.Errorf("%s: list nodes (a peer's CIDRs must hold none of their addresses): %w", id.ClusterID, c.Unreachable(err))
+	}
+	return Side{Identity: id, Configs: list.Items, Nodes: netview.NodeAddresses(nodes.Items)}, nil
 }
 
 func listError(c *cli.Cluster, id identity.Identity, err error) error {

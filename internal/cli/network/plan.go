@@ -16,10 +16,12 @@ import (
 )
 
 // Side is what the decision needs to know about one end of a link: its
-// identity and the NetworkConfigurations it already has (for any peer).
+// identity, the NetworkConfigurations it already has (for any peer) and
+// its nodes' addresses (a peer's CIDRs must hold none of them).
 type Side struct {
 	Identity identity.Identity
 	Configs  []networkingv1alpha1.NetworkConfiguration
+	Nodes    []annexnet.NodeAddress
 }
 
 // Choice is how one cluster maps one CIDR of its peer.
@@ -123,7 +125,10 @@ func (v View) Lines() []string {
 }
 
 // Decide chooses, for both sides of the link between a and b, how each maps
-// the other's pod and external CIDRs. A side remaps a peer's CIDR when it
+// the other's pod and external CIDRs. It first refuses a peer's CIDR that
+// is not inside a private range, overlaps the side's service CIDR or holds
+// one of its nodes' addresses (annexnet.CheckPeerCIDR: the agent would not
+// program it either). A side remaps a peer's CIDR when it
 // overlaps one of its own pod, service or external CIDRs or a CIDR of another
 // peer as that side already sees it (from its other NetworkConfigurations);
 // remapped CIDRs are the lowest free blocks of the same size in pool. A
@@ -211,6 +216,20 @@ func decideSide(self Side, peer identity.Identity, pool netip.Prefix) (View, err
 	peerExt, err := parseIdentityCIDR(peer, "external", peer.ExternalCIDR, false)
 	if err != nil {
 		return View{}, err
+	}
+	ranges := annexnet.LocalRanges{ServiceCIDR: local[1].p /* service */, Nodes: self.Nodes}
+	for _, c := range []struct {
+		what string
+		p    netip.Prefix
+	}{{"pod", peerPod}, {"external", peerExt}} {
+		if err := annexnet.CheckPeerCIDR(fmt.Sprintf("%s's %s CIDR", peer.ClusterID, c.what), c.p, ranges); err != nil {
+			return View{}, fmt.Errorf("%s refuses the link: %w (as %s's identity ConfigMap %s/%s publishes it)",
+				me.ClusterID, err, peer.ClusterID, corev1alpha1.AgentNamespace, corev1alpha1.ClusterIdentityConfigMapName)
+		}
+	}
+	// A remapped CIDR must not take a node's address either.
+	for _, n := range self.Nodes {
+		local = append(local, labelled{netip.PrefixFrom(n.Addr, n.Addr.BitLen()), fmt.Sprintf("%s's node %s (%s)", me.ClusterID, n.Node, n.Addr)})
 	}
 
 	// Other peers' CIDRs as this side sees them, and what it recorded for this peer.

@@ -143,13 +143,41 @@ func TestDecide(t *testing.T) {
 			},
 		},
 		{
-			name: "the service CIDR counts and the remapping has the remote's size",
-			a:    sideOf(alpha), b: sideOf(id("wide", "10.96.0.0/12", "10.70.0.0/24")),
+			name: "the remapping has the remote's size",
+			a:    sideOf(alpha), b: sideOf(id("wide", "10.192.0.0/12", "10.70.0.0/24")),
 			want: []string{
-				"alpha maps wide's pod CIDR 10.96.0.0/12 to 100.64.0.0/12 (it overlaps alpha's service CIDR 10.96.0.0/16)",
+				"alpha maps wide's pod CIDR 10.192.0.0/12 to 100.64.0.0/12 (it overlaps alpha's pod CIDR 10.200.0.0/16)",
 				"alpha maps wide's external CIDR 10.70.0.0/24 to 100.80.0.0/24 (it overlaps alpha's external CIDR 10.70.0.0/16)",
-				"wide uses alpha's pod CIDR 10.200.0.0/16 as it is",
-				"wide maps alpha's external CIDR 10.70.0.0/16 to 100.64.0.0/16 (it overlaps wide's external CIDR 10.70.0.0/24)",
+				"wide maps alpha's pod CIDR 10.200.0.0/16 to 100.64.0.0/16 (it overlaps wide's pod CIDR 10.192.0.0/12)",
+				"wide maps alpha's external CIDR 10.70.0.0/16 to 100.65.0.0/16 (it overlaps wide's external CIDR 10.70.0.0/24)",
+			},
+		},
+		{
+			name: "a peer's CIDR over the service CIDR is refused, not remapped",
+			a:    sideOf(alpha), b: sideOf(id("svc", "10.201.0.0/16", "10.96.0.0/20")),
+			wantErr: "alpha refuses the link: annex-network-service-cidr: svc's external CIDR 10.96.0.0/20 overlaps this cluster's service CIDR 10.96.0.0/16 " +
+				"(as svc's identity ConfigMap annex-system/annex-cluster-identity publishes it)",
+		},
+		{
+			name: "a peer's public pod CIDR is refused",
+			a:    sideOf(id("pub", "8.8.0.0/16", "10.71.0.0/16")), b: sideOf(alpha),
+			wantErr: "alpha refuses the link: annex-network-private-range: pub's pod CIDR 8.8.0.0/16 is not inside a private range",
+		},
+		{
+			name: "a peer's CIDR holding a node's address is refused",
+			a:    Side{Identity: alpha, Nodes: []annexnet.NodeAddress{{Node: "n1", Addr: netip.MustParseAddr("192.168.77.1")}}},
+			b:    sideOf(id("onnodes", "192.168.77.0/24", "10.71.0.0/16")),
+			wantErr: "alpha refuses the link: annex-network-node-address: onnodes's pod CIDR 192.168.77.0/24 holds the address 192.168.77.1 of this cluster's node n1",
+		},
+		{
+			name: "shared address space and 172.16/12 are private; a remapping avoids the nodes",
+			a:    Side{Identity: alpha, Nodes: []annexnet.NodeAddress{{Node: "n1", Addr: netip.MustParseAddr("100.64.0.5")}}},
+			b:    sideOf(id("cgnat", "10.200.0.0/16", "172.20.0.0/16")),
+			want: []string{
+				"alpha maps cgnat's pod CIDR 10.200.0.0/16 to 100.65.0.0/16 (it overlaps alpha's pod CIDR 10.200.0.0/16)",
+				"alpha uses cgnat's external CIDR 172.20.0.0/16 as it is",
+				"cgnat maps alpha's pod CIDR 10.200.0.0/16 to 100.64.0.0/16 (it overlaps cgnat's pod CIDR 10.200.0.0/16)",
+				"cgnat uses alpha's external CIDR 10.70.0.0/16 as it is",
 			},
 		},
 		{
@@ -246,7 +274,7 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "remote CIDR larger than the pool",
-			a:    sideOf(alpha), b: sideOf(id("huge", "10.0.0.0/8", "172.16.0.0/16")),
+			a:    sideOf(identity.Identity{ClusterID: "nosvc", PodCIDR: "10.200.0.0/16", ExternalCIDR: "10.70.0.0/16"}), b: sideOf(id("huge", "10.0.0.0/8", "172.16.0.0/16")),
 			wantErr: "a /8 does not fit in pool 100.64.0.0/10",
 		},
 		{
@@ -300,7 +328,8 @@ func TestDecide(t *testing.T) {
 
 // replace puts nc into s in place of any object of the same name.
 func replace(s Side, nc networkingv1alpha1.NetworkConfiguration) Side {
-	out := Side{Identity: s.Identity}
+	out := s
+	out.Configs = nil
 	for _, c := range s.Configs {
 		if c.Name != nc.Name {
 			out.Configs = append(out.Configs, c)
