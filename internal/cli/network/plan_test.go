@@ -164,9 +164,9 @@ func TestDecide(t *testing.T) {
 			wantErr: "alpha refuses the link: annex-network-private-range: pub's pod CIDR 8.8.0.0/16 is not inside a private range",
 		},
 		{
-			name: "a peer's CIDR holding a node's address is refused",
-			a:    Side{Identity: alpha, Nodes: []annexnet.NodeAddress{{Node: "n1", Addr: netip.MustParseAddr("192.168.77.1")}}},
-			b:    sideOf(id("onnodes", "192.168.77.0/24", "10.71.0.0/16")),
+			name:    "a peer's CIDR holding a node's address is refused",
+			a:       Side{Identity: alpha, Nodes: []annexnet.NodeAddress{{Node: "n1", Addr: netip.MustParseAddr("192.168.77.1")}}},
+			b:       sideOf(id("onnodes", "192.168.77.0/24", "10.71.0.0/16")),
 			wantErr: "alpha refuses the link: annex-network-node-address: onnodes's pod CIDR 192.168.77.0/24 holds the address 192.168.77.1 of this cluster's node n1",
 		},
 		{
