@@ -275,6 +275,9 @@ func (r *Reconciler) state(ctx context.Context) (State, error) {
 	}
 	st.RemoteNamespaces = map[string]string{}
 	for _, ns := range nss.Items {
+		if _, tenant := ns.Labels[corev1alpha1.LabelTenant]; tenant {
+			continue // a peering's own namespace (annex-tenant-<peer>), not a remote namespace
+		}
 		if id := ns.Labels[corev1alpha1.LabelRemoteClusterID]; id != "" {
 			st.RemoteNamespaces[ns.Name] = id
 		}

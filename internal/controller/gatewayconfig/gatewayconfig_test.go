@@ -55,6 +55,8 @@ func provider(t *testing.T, pods *[]corev1.Pod, objs ...client.Object) (*Reconci
 			Status: corev1alpha1.ForeignClusterStatus{Role: corev1alpha1.RoleConsumer}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "wire-alpha", Labels: map[string]string{
 			corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex, corev1alpha1.LabelRemoteClusterID: "alpha"}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "annex-tenant-alpha", Labels: map[string]string{
+			corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex, corev1alpha1.LabelRemoteClusterID: "alpha", corev1alpha1.LabelTenant: "true"}}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
 			{Type: corev1.NodeInternalIP, Address: "192.168.77.3"}}}},
 	}
@@ -94,7 +96,9 @@ func readConfig(t *testing.T, r *Reconciler) gateway.Config {
 // once at the start and once a second later with all of them.
 func TestReconcileCoalesces(t *testing.T) {
 	ctx := context.Background()
-	var pods []corev1.Pod
+	// Pods of the provider's own and of the peering's tenant namespace are
+	// never accepted.
+	pods := []corev1.Pod{tpod("annex-tenant-alpha", "x", "n1", "10.200.99.1", ""), tpod("kube-system", "dns", "n1", "10.200.99.2", "")}
 	r, _, clk, _ := provider(t, &pods)
 	reconcileOnce := func() reconcile.Result {
 		t.Helper()
