@@ -314,11 +314,11 @@ func tunnelConfigs() (a, b gateway.Config, err error) {
 			PeerEndpoint: netip.AddrPortFrom(endpoint, 51820), Routes: []netip.Prefix{viewOfPeer},
 			DNAT:           []gateway.Netmap{{From: viewOfPeer, To: tunnelPodCIDR}},
 			SNAT:           []gateway.Netmap{{From: tunnelPodCIDR, To: peerViewOfUs}},
-			AllowedSources: []netip.Prefix{tunnelPodCIDR, viewOfPeer}}
+			AllowedSources: []netip.Prefix{tunnelPodCIDR, viewOfPeer},
+			Accept:         []netip.Prefix{tunnelPodCIDR}}
 	}
-	accept := []netip.Prefix{tunnelPodCIDR}
-	a = gateway.Config{Accept: accept, Links: []gateway.Link{link("b", keys[0], keys[3], tunnelUnderlayB, tunnelViewOfB, tunnelViewOfA)}}
-	b = gateway.Config{Accept: accept, Links: []gateway.Link{link("a", keys[2], keys[1], tunnelUnderlayA, tunnelViewOfA, tunnelViewOfB)}}
+	a = gateway.Config{Links: []gateway.Link{link("b", keys[0], keys[3], tunnelUnderlayB, tunnelViewOfB, tunnelViewOfA)}}
+	b = gateway.Config{Links: []gateway.Link{link("a", keys[2], keys[1], tunnelUnderlayA, tunnelViewOfA, tunnelViewOfB)}}
 	if err := a.Validate(); err != nil {
 		return a, b, err
 	}
