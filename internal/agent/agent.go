@@ -272,8 +272,12 @@ func cacheByObject(extra ...map[client.Object]cache.ByObject) map[client.Object]
 //   - shadowpod: owner references, labels and annotations, deletion, the
 //     whole status (mirrored into the ShadowPod);
 //   - shadowendpointslice: the phase and the pod IPs;
-//   - reflection (through netview) and gatewayconfig: the node, the phase,
-//     the pod IP, deletion and the transit address.
+//   - reflection (through netview) and gatewayconfig: the namespace, the
+//     node, the phase, the pod IPs, deletion and the transit address
+//     (gatewayconfig needs every pod: tenants' pods in remote namespaces,
+//     the consumer's own pods in offloaded namespaces, pods with transit
+//     addresses; restricting the cached pods to ShadowPods' would leave
+//     the consumer's out).
 //
 // So the cache keeps a pod's metadata without managedFields and its status,
 // and of its spec only nodeName: with 1000 offloaded pods the rest of the

@@ -3,8 +3,10 @@
 // cluster's view (it overlaps a local CIDR or another peer's CIDR already in
 // use), allocating the remapped CIDR from a pool (lowest free block of the same
 // size, so reruns are stable), translating addresses between a CIDR and its
-// remapping (keep the host bits, swap the prefix), and allocating stable
-// per-key transit addresses inside a CIDR (Allocator). Both IPv4 and IPv6 work.
+// remapping (keep the host bits, swap the prefix), allocating stable
+// per-key transit addresses inside a CIDR (Allocator), and the rules a
+// peer's CIDR claims must pass (CheckPeerCIDR: private ranges only, clear
+// of this cluster's service CIDR and nodes). Both IPv4 and IPv6 work.
 //
 // docs/network.md describes the rules and a worked example.
 package network
