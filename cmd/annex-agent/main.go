@@ -57,7 +57,7 @@ func run() error {
 	opts := agent.DefaultOptions()
 	remoteOpts := remote.DefaultOptions()
 	var sliceOpts resourceslice.Options
-	var shadowPodOpts shadowpod.Options
+	shadowPodOpts := shadowpod.DefaultOptions()
 	var endpointOpts shadowendpointslice.Options
 	vnOpts := virtualnode.DefaultOptions()
 	kubeletOpts := kubeletserver.DefaultOptions()
@@ -104,6 +104,9 @@ func run() error {
 		return err
 	}
 	if err := gatewayOpts.Validate(); err != nil {
+		return err
+	}
+	if err := shadowPodOpts.Validate(); err != nil {
 		return err
 	}
 	if heartbeatInterval <= 0 || tenantGrace <= 2*heartbeatInterval {

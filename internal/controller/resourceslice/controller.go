@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -46,9 +47,43 @@ type Reconciler struct {
 	recorder       events.EventRecorder
 	localClusterID string
 	opts           Options
+
+	// decideMu serializes decisions: each one counts every grant decided
+	// before it.
+	decideMu sync.Mutex
+	// decided holds the answers this controller wrote (guarded by
+	// decideMu) until the cache shows them, so that a decision counts a
+	// grant the cache does not show yet.
+	decided map[types.NamespacedName]written
 }
 
-// New returns the reconciler. c reads and patches ResourceSlices and reads
+// written is an answer written into a slice's status.
+type written struct {
+	uid   types.UID
+	phase corev1alpha1.ResourceSlicePhase
+	// granted is what the answer grants (nil when denied).
+	granted corev1.ResourceList
+}
+
+// IndexPhase indexes the ResourceSlices this provider answers (see
+// PhaseIndexer) by status.phase.
+const IndexPhase = "annex.dev/resourceslice-phase"
+
+// PhaseIndexer returns the indexer of IndexPhase for the provider
+// localClusterID: the status.phase of each slice it answers, "" for one not
+// answered yet; nothing for the others.
+func PhaseIndexer(localClusterID string) client.IndexerFunc {
+	return func(o client.Object) []string {
+		rs, ok := o.(*corev1alpha1.ResourceSlice)
+		if !ok || !ours(rs, localClusterID) {
+			return nil
+		}
+		return []string{string(rs.Status.Phase)}
+	}
+}
+
+// New returns the reconciler. c reads (from the cache, with the IndexPhase
+// index that SetupWithManager adds) and patches ResourceSlices and reads
 // Namespaces and Nodes; recorder receives an Event on every answer written;
 // localClusterID is this cluster's ID (only slices whose
 // spec.providerClusterID equals it are answered).
@@ -56,17 +91,23 @@ func New(c client.Client, recorder events.EventRecorder, localClusterID string, 
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Reconciler{client: c, recorder: recorder, localClusterID: localClusterID, opts: opts}
+	return &Reconciler{client: c, recorder: recorder, localClusterID: localClusterID, opts: opts,
+		decided: map[types.NamespacedName]written{}}
 }
 
 // Reconcile answers one ResourceSlice.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
+	r.decideMu.Lock()
+	defer r.decideMu.Unlock()
 	rs := &corev1alpha1.ResourceSlice{}
 	if err := r.client.Get(ctx, req.NamespacedName, rs); err != nil {
+		if apierrors.IsNotFound(err) {
+			delete(r.decided, req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !rs.DeletionTimestamp.IsZero() || !r.ours(rs) {
+	if !rs.DeletionTimestamp.IsZero() || !ours(rs, r.localClusterID) {
 		return ctrl.Result{}, nil
 	}
 
@@ -96,6 +137,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if apiequality.Semantic.DeepEqual(orig.Status, rs.Status) {
 		return ctrl.Result{}, nil
 	}
+	// Remembered before it is written: should the write fail after all
+	// reached the API server, the grant is counted until the retry
+	// decides again (see grantedToConsumer: never less than the cache).
+	r.decided[req.NamespacedName] = written{uid: rs.UID, phase: rs.Status.Phase, granted: rs.Status.Resources}
 	if err := r.client.Status().Patch(ctx, rs, client.MergeFrom(orig)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("write answer: %w", err)
 	}
@@ -110,10 +155,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	return ctrl.Result{}, nil
 }
 
-// ours reports whether rs is a request to this provider in a tenant namespace.
-func (r *Reconciler) ours(rs *corev1alpha1.ResourceSlice) bool {
+// ours reports whether rs is a request to the provider localClusterID in a
+// tenant namespace.
+func ours(rs *corev1alpha1.ResourceSlice, localClusterID string) bool {
 	return strings.HasPrefix(rs.Namespace, corev1alpha1.TenantNamespacePrefix) &&
-		rs.Spec.ProviderClusterID == r.localClusterID
+		rs.Spec.ProviderClusterID == localClusterID
 }
 
 // apply writes decision d into rs's status.
@@ -146,20 +192,56 @@ func alreadyAccepted(rs *corev1alpha1.ResourceSlice) bool {
 }
 
 // grantedToConsumer sums what the other accepted slices in rs's tenant
-// namespace (the same consumer) were granted.
+// namespace (the same consumer) were granted. The cache may not show the
+// answers this controller wrote last yet: for a slice whose cached status is
+// not the one remembered in r.decided, the larger of the two grants counts.
+// It lists only the accepted slices (IndexPhase) and the remembered ones,
+// and forgets the answers that the cache shows. It is called under decideMu.
 func (r *Reconciler) grantedToConsumer(ctx context.Context, rs *corev1alpha1.ResourceSlice) (corev1.ResourceList, error) {
 	list := &corev1alpha1.ResourceSliceList{}
-	if err := r.client.List(ctx, list, client.InNamespace(rs.Namespace)); err != nil {
-		return nil, fmt.Errorf("list ResourceSlices in %s: %w", rs.Namespace, err)
+	if err := r.client.List(ctx, list, client.InNamespace(rs.Namespace),
+		client.MatchingFields{IndexPhase: string(corev1alpha1.ResourceSliceAccepted)}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list accepted ResourceSlices in %s: %w", rs.Namespace, err)
 	}
-	sum := corev1.ResourceList{}
+	counts := func(o *corev1alpha1.ResourceSlice) bool {
+		return o.Name != rs.Name && o.DeletionTimestamp.IsZero() && ours(o, r.localClusterID) &&
+			o.Spec.ConsumerClusterID == rs.Spec.ConsumerClusterID
+	}
+	grants := map[string]corev1.ResourceList{}
 	for i := range list.Items {
-		o := &list.Items[i]
-		if o.Name == rs.Name || !o.DeletionTimestamp.IsZero() || !r.ours(o) ||
-			o.Spec.ConsumerClusterID != rs.Spec.ConsumerClusterID || o.Status.Phase != corev1alpha1.ResourceSliceAccepted {
+		if o := &list.Items[i]; counts(o) && o.Status.Phase == corev1alpha1.ResourceSliceAccepted {
+			grants[o.Name] = o.Status.Resources
+		}
+	}
+	for key, a := range r.decided {
+		if key.Namespace != rs.Namespace || key.Name == rs.Name {
 			continue
 		}
-		addTo(sum, o.Status.Resources)
+		o := &corev1alpha1.ResourceSlice{}
+		if err := r.client.Get(ctx, key, o); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("get ResourceSlice %s: %w", key, err)
+			}
+			delete(r.decided, key)
+			continue
+		}
+		if o.UID != a.uid || (o.Status.Phase == a.phase && apiequality.Semantic.DeepEqual(o.Status.Resources, a.granted)) {
+			// Another slice of that name, or the cache shows the answer.
+			delete(r.decided, key)
+			continue
+		}
+		if counts(o) {
+			g := grants[o.Name].DeepCopy()
+			if g == nil {
+				g = corev1.ResourceList{}
+			}
+			maxInto(g, a.granted)
+			grants[o.Name] = g
+		}
+	}
+	sum := corev1.ResourceList{}
+	for _, g := range grants {
+		addTo(sum, g)
 	}
 	return sum, nil
 }
@@ -202,6 +284,14 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
+func maxInto(dst, l corev1.ResourceList) {
+	for name, q := range l {
+		if cur, ok := dst[name]; !ok || q.Cmp(cur) > 0 {
+			dst[name] = q.DeepCopy()
+		}
+	}
+}
+
 func addTo(sum, l corev1.ResourceList) {
 	for name, q := range l {
 		cur := sum[name]
@@ -210,20 +300,21 @@ func addTo(sum, l corev1.ResourceList) {
 	}
 }
 
-// SetupWithManager registers the controller "resourceslice" on mgr. Besides
-// spec changes of the slices it answers, it re-evaluates: every slice of a
-// tenant namespace whose annex.dev/remote-cluster-id label changes; denied
-// slices when a node's capacity, readiness or schedulability changes; and a
-// consumer's denied slices when another of its slices is deleted.
+// SetupWithManager registers the controller "resourceslice" on mgr, and the
+// IndexPhase index. Besides spec changes of the slices it answers, it
+// re-evaluates: every slice of a tenant namespace whose
+// annex.dev/remote-cluster-id label changes; denied slices when a node's
+// capacity, readiness or schedulability changes; and a consumer's denied
+// slices when room is freed among its grants (one of its accepted slices is
+// deleted, or its answer changes). Denied slices are found through the
+// index, without listing whole namespaces.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1alpha1.ResourceSlice{}, IndexPhase, PhaseIndexer(r.localClusterID)); err != nil {
+		return fmt.Errorf("index ResourceSlices by phase: %w", err)
+	}
 	inTenantNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return strings.HasPrefix(o.GetNamespace(), corev1alpha1.TenantNamespacePrefix)
 	})
-	onlyDelete := predicate.Funcs{
-		CreateFunc:  func(event.CreateEvent) bool { return false },
-		UpdateFunc:  func(event.UpdateEvent) bool { return false },
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("resourceslice").
 		For(&corev1alpha1.ResourceSlice{}, builder.WithPredicates(inTenantNamespace, predicate.GenerationChangedPredicate{})).
@@ -231,7 +322,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 				return r.deniedSlices(ctx, client.InNamespace(o.GetNamespace()))
 			}),
-			builder.WithPredicates(inTenantNamespace, onlyDelete)).
+			builder.WithPredicates(inTenantNamespace, roomFreed())).
 		Watches(&corev1.Namespace{},
 			handler.EnqueueRequestsFromMapFunc(r.slicesInNamespace),
 			builder.WithPredicates(tenantNamespaceLabelChanged())).
@@ -246,31 +337,55 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // slicesInNamespace enqueues every slice in the namespace o.
 func (r *Reconciler) slicesInNamespace(ctx context.Context, o client.Object) []reconcile.Request {
 	list := &corev1alpha1.ResourceSliceList{}
-	if err := r.client.List(ctx, list, client.InNamespace(o.GetName())); err != nil {
+	if err := r.client.List(ctx, list, client.InNamespace(o.GetName()), client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Cannot list ResourceSlices", "namespace", o.GetName())
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for _, rs := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&rs)})
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}
 	return reqs
 }
 
-// deniedSlices enqueues the denied slices this provider answers.
+// deniedSlices enqueues the denied slices this provider answers (IndexPhase).
 func (r *Reconciler) deniedSlices(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
 	list := &corev1alpha1.ResourceSliceList{}
+	opts = append(opts, client.MatchingFields{IndexPhase: string(corev1alpha1.ResourceSliceDenied)}, client.UnsafeDisableDeepCopy)
 	if err := r.client.List(ctx, list, opts...); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Cannot list ResourceSlices")
+		ctrl.LoggerFrom(ctx).Error(err, "Cannot list denied ResourceSlices")
 		return nil
 	}
-	var reqs []reconcile.Request
+	reqs := make([]reconcile.Request, 0, len(list.Items))
 	for i := range list.Items {
-		if rs := &list.Items[i]; r.ours(rs) && rs.Status.Phase == corev1alpha1.ResourceSliceDenied {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(rs)})
-		}
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}
 	return reqs
+}
+
+// roomFreed passes the slice events that may leave room for a consumer's
+// denied slices: an accepted slice deleted or being deleted, or whose grant
+// changes (denied after a spec change, or granted something else).
+func roomFreed() predicate.Predicate {
+	accepted := func(o client.Object) (*corev1alpha1.ResourceSlice, bool) {
+		rs, ok := o.(*corev1alpha1.ResourceSlice)
+		return rs, ok && rs.Status.Phase == corev1alpha1.ResourceSliceAccepted
+	}
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, wasAccepted := accepted(e.ObjectOld)
+			n, ok := e.ObjectNew.(*corev1alpha1.ResourceSlice)
+			return wasAccepted && ok && (n.Status.Phase != corev1alpha1.ResourceSliceAccepted ||
+				!apiequality.Semantic.DeepEqual(o.Status.Resources, n.Status.Resources) ||
+				(o.DeletionTimestamp.IsZero() && !n.DeletionTimestamp.IsZero()))
+		},
+		DeleteFunc: func(e event.DeleteEvent) bool {
+			_, ok := accepted(e.Object)
+			return ok
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
 
 // tenantNamespaceLabelChanged passes tenant namespaces that appear or whose

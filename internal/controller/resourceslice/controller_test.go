@@ -2,6 +2,7 @@ package resourceslice
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,11 +10,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
@@ -73,13 +78,26 @@ func answer(t *testing.T, phase corev1alpha1.ResourceSlicePhase, granted, reason
 	}
 }
 
-func TestReconcile(t *testing.T) {
+// accepted is a slice of consumer to beta, accepted with granted.
+func accepted(t *testing.T, ns, name, consumer, granted string) *corev1alpha1.ResourceSlice {
+	o := newSlice(t, ns, name, consumer, "beta", granted)
+	o.Status = answer(t, corev1alpha1.ResourceSliceAccepted, granted, corev1alpha1.ReasonResourcesGranted, "granted "+granted, 1)
+	return o
+}
+
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, corev1alpha1.AddToScheme} {
 		if err := add(s); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return s
+}
+
+func TestReconcile(t *testing.T) {
+	s := testScheme(t)
 	// Capacity: cpu 16, memory 64Gi, pods 220 from the two Ready real nodes.
 	nodes := []client.Object{
 		node(t, "n1", "cpu=8,memory=32Gi,pods=110", true),
@@ -140,6 +158,35 @@ func TestReconcile(t *testing.T) {
 			wantEvents: []string{"Warning PolicyDenied requested cpu 4 plus 4 already granted to consumer alpha exceeds this provider's per-consumer limit 6"},
 		},
 		{
+			name: "denied: other accepted slices of the consumer count against the capacity",
+			objs: []client.Object{tenantNamespace(ns, "alpha"), accepted(t, ns, "first", "alpha", "cpu=12"),
+				newSlice(t, ns, "pending", "alpha", "beta", "cpu=12"), // not answered: takes nothing
+				func() client.Object {
+					o := newSlice(t, ns, "refused", "alpha", "beta", "cpu=12")
+					o.Status = answer(t, corev1alpha1.ResourceSliceDenied, "", corev1alpha1.ReasonInsufficientResources, "no", 1)
+					return o
+				}(),
+			},
+			slice: newSlice(t, ns, "alpha", "alpha", "beta", "cpu=8"),
+			want: answer(t, corev1alpha1.ResourceSliceDenied, "", corev1alpha1.ReasonInsufficientResources,
+				"requested cpu 8 plus 12 already granted to consumer alpha exceeds this provider's allocatable capacity 16", 1),
+			wantEvents: []string{"Warning InsufficientResources requested cpu 8 plus 12 already granted to consumer alpha exceeds this provider's allocatable capacity 16"},
+		},
+		{
+			name: "other consumers' grants and those of other providers do not count",
+			objs: []client.Object{tenantNamespace(ns, "alpha"), tenantNamespace("annex-tenant-gamma", "gamma"),
+				accepted(t, "annex-tenant-gamma", "peering", "gamma", "cpu=12"),
+				func() client.Object {
+					o := accepted(t, ns, "elsewhere", "alpha", "cpu=12")
+					o.Spec.ProviderClusterID = "delta"
+					return o
+				}(),
+			},
+			slice:      newSlice(t, ns, "alpha", "alpha", "beta", "cpu=8"),
+			want:       answer(t, corev1alpha1.ResourceSliceAccepted, "cpu=8", corev1alpha1.ReasonResourcesGranted, "granted cpu=8", 1),
+			wantEvents: []string{"Normal ResourcesGranted granted cpu=8"},
+		},
+		{
 			name:  "denied: consumer speaking for another",
 			objs:  []client.Object{tenantNamespace(ns, "alpha")},
 			slice: newSlice(t, ns, "alpha", "gamma", "beta", "cpu=1"),
@@ -177,7 +224,8 @@ func TestReconcile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			objs := append(append(append([]client.Object{}, nodes...), tc.objs...), tc.slice)
-			c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&corev1alpha1.ResourceSlice{}).WithObjects(objs...).Build()
+			c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&corev1alpha1.ResourceSlice{}).
+				WithIndex(&corev1alpha1.ResourceSlice{}, IndexPhase, PhaseIndexer("beta")).WithObjects(objs...).Build()
 			rec := events.NewFakeRecorder(10)
 			r := New(c, rec, "beta", Options{MaxPerConsumer: rl(t, tc.limit), Clock: clocktesting.NewFakePassiveClock(now)})
 			req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tc.slice)}
@@ -206,6 +254,196 @@ func TestReconcile(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantEvents, gotEvents); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// Two slices sent together that fit the capacity each, but not together:
+// the second is denied although the cache does not show the first's
+// acceptance yet.
+func TestSlicesDecidedTogether(t *testing.T) {
+	ctx := context.Background()
+	const ns = "annex-tenant-alpha"
+	s := testScheme(t)
+	objs := func() []client.Object {
+		return []client.Object{
+			node(t, "n1", "cpu=16,memory=64Gi,pods=110", true), tenantNamespace(ns, "alpha"),
+			newSlice(t, ns, "one", "alpha", "beta", "cpu=10"), newSlice(t, ns, "two", "alpha", "beta", "cpu=10"),
+		}
+	}
+	build := func(funcs interceptor.Funcs) client.WithWatch {
+		return fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&corev1alpha1.ResourceSlice{}).
+			WithIndex(&corev1alpha1.ResourceSlice{}, IndexPhase, PhaseIndexer("beta")).WithObjects(objs()...).
+			WithInterceptorFuncs(funcs).Build()
+	}
+	// server is the API server; cache, what the controller reads, sees
+	// status writes only once synced.
+	server := build(interceptor.Funcs{})
+	var synced bool
+	cache := build(interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+		if synced {
+			if err := c.SubResource(sub).Patch(ctx, obj.DeepCopyObject().(client.Object), patch, opts...); err != nil {
+				return err
+			}
+		}
+		return server.SubResource(sub).Patch(ctx, obj, patch, opts...)
+	}})
+	r := New(cache, events.NewFakeRecorder(10), "beta", Options{Clock: clocktesting.NewFakePassiveClock(now)})
+	decide := func(name string) {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}); err != nil {
+			t.Fatalf("Reconcile(%s) error = %v", name, err)
+		}
+	}
+	status := func(name string) corev1alpha1.ResourceSliceStatus {
+		t.Helper()
+		rs := &corev1alpha1.ResourceSlice{}
+		if err := server.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, rs); err != nil {
+			t.Fatal(err)
+		}
+		return rs.Status
+	}
+	decide("one")
+	decide("two")
+	if diff := cmp.Diff(answer(t, corev1alpha1.ResourceSliceAccepted, "cpu=10", corev1alpha1.ReasonResourcesGranted, "granted cpu=10", 1), status("one"), cmpOpts...); diff != "" {
+		t.Errorf("one (-want +got):\n%s", diff)
+	}
+	deniedTwo := answer(t, corev1alpha1.ResourceSliceDenied, "", corev1alpha1.ReasonInsufficientResources,
+		"requested cpu 10 plus 10 already granted to consumer alpha exceeds this provider's allocatable capacity 16", 1)
+	if diff := cmp.Diff(deniedTwo, status("two"), cmpOpts...); diff != "" {
+		t.Errorf("two (-want +got):\n%s", diff)
+	}
+
+	// "one" asks for more: denied. Until the cache shows that, its grant
+	// still counts (never less than the cache shows).
+	if err := cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: "one"}, &corev1alpha1.ResourceSlice{}); err != nil {
+		t.Fatal(err)
+	}
+	synced = true
+	for _, name := range []string{"one", "two"} {
+		rs := &corev1alpha1.ResourceSlice{}
+		if err := server.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, rs); err != nil {
+			t.Fatal(err)
+		}
+		cached := &corev1alpha1.ResourceSlice{}
+		if err := cache.Get(ctx, client.ObjectKeyFromObject(rs), cached); err != nil {
+			t.Fatal(err)
+		}
+		orig := cached.DeepCopy()
+		cached.Status = rs.Status
+		if err := cache.Status().Patch(ctx, cached, client.MergeFrom(orig)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	synced = false
+	got, err := r.grantedToConsumer(ctx, newSlice(t, ns, "three", "alpha", "beta", "cpu=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(rl(t, "cpu=10"), got, cmpOpts...); diff != "" {
+		t.Errorf("granted to alpha (-want +got):\n%s", diff)
+	}
+	if len(r.decided) != 0 {
+		t.Errorf("answers the cache shows are still remembered: %v", r.decided)
+	}
+	one := &corev1alpha1.ResourceSlice{}
+	if err := server.Get(ctx, types.NamespacedName{Namespace: ns, Name: "one"}, one); err != nil {
+		t.Fatal(err)
+	}
+	one.Spec.Resources = rl(t, "cpu=20")
+	one.Generation = 2
+	if err := server.Update(ctx, one); err != nil {
+		t.Fatal(err)
+	}
+	cachedOne := &corev1alpha1.ResourceSlice{}
+	if err := cache.Get(ctx, client.ObjectKeyFromObject(one), cachedOne); err != nil {
+		t.Fatal(err)
+	}
+	cachedOne.Spec.Resources = rl(t, "cpu=20")
+	cachedOne.Generation = 2
+	if err := cache.Update(ctx, cachedOne); err != nil {
+		t.Fatal(err)
+	}
+	decide("one")
+	if got := status("one").Phase; got != corev1alpha1.ResourceSliceDenied {
+		t.Fatalf("one after asking for cpu=20: %s, want Denied", got)
+	}
+	got, err = r.grantedToConsumer(ctx, newSlice(t, ns, "three", "alpha", "beta", "cpu=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(rl(t, "cpu=10"), got, cmpOpts...); diff != "" {
+		t.Errorf("granted to alpha while the cache still shows one accepted (-want +got):\n%s", diff)
+	}
+}
+
+// Denied slices are found through the index.
+func TestDeniedSlices(t *testing.T) {
+	ctx := context.Background()
+	denied := func(ns, name, provider string) *corev1alpha1.ResourceSlice {
+		o := newSlice(t, ns, name, "alpha", provider, "cpu=1")
+		o.Status.Phase = corev1alpha1.ResourceSliceDenied
+		return o
+	}
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).
+		WithIndex(&corev1alpha1.ResourceSlice{}, IndexPhase, PhaseIndexer("beta")).
+		WithObjects(denied("annex-tenant-alpha", "a", "beta"), denied("annex-tenant-gamma", "g", "beta"),
+			denied("annex-tenant-alpha", "other-provider", "delta"), denied("default", "not-a-tenant", "beta"),
+			accepted(t, "annex-tenant-alpha", "ok", "alpha", "cpu=1"), newSlice(t, "annex-tenant-alpha", "new", "alpha", "beta", "cpu=1")).
+		Build()
+	r := New(c, events.NewFakeRecorder(1), "beta", Options{})
+	keys := func(reqs []reconcile.Request) []string {
+		var out []string
+		for _, req := range reqs {
+			out = append(out, req.String())
+		}
+		slices.Sort(out)
+		return out
+	}
+	if diff := cmp.Diff([]string{"annex-tenant-alpha/a", "annex-tenant-gamma/g"}, keys(r.deniedSlices(ctx))); diff != "" {
+		t.Errorf("deniedSlices() (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"annex-tenant-alpha/a"}, keys(r.deniedSlices(ctx, client.InNamespace("annex-tenant-alpha")))); diff != "" {
+		t.Errorf("deniedSlices(annex-tenant-alpha) (-want +got):\n%s", diff)
+	}
+}
+
+func TestRoomFreed(t *testing.T) {
+	acc := accepted(t, "annex-tenant-alpha", "a", "alpha", "cpu=4")
+	with := func(mutate func(*corev1alpha1.ResourceSlice)) *corev1alpha1.ResourceSlice {
+		o := acc.DeepCopy()
+		mutate(o)
+		return o
+	}
+	den := with(func(o *corev1alpha1.ResourceSlice) {
+		o.Status.Phase = corev1alpha1.ResourceSliceDenied
+		o.Status.Resources = nil
+	})
+	tests := []struct {
+		name string
+		e    func(predicate.Predicate) bool
+		want bool
+	}{
+		{"an accepted slice deleted", func(p predicate.Predicate) bool { return p.Delete(event.DeleteEvent{Object: acc}) }, true},
+		{"a denied slice deleted", func(p predicate.Predicate) bool { return p.Delete(event.DeleteEvent{Object: den}) }, false},
+		{"a slice created", func(p predicate.Predicate) bool { return p.Create(event.CreateEvent{Object: acc}) }, false},
+		{"accepted, then denied", func(p predicate.Predicate) bool { return p.Update(event.UpdateEvent{ObjectOld: acc, ObjectNew: den}) }, true},
+		{"accepted, then granted less", func(p predicate.Predicate) bool {
+			return p.Update(event.UpdateEvent{ObjectOld: acc, ObjectNew: with(func(o *corev1alpha1.ResourceSlice) { o.Status.Resources = rl(t, "cpu=2") })})
+		}, true},
+		{"an accepted slice being deleted", func(p predicate.Predicate) bool {
+			return p.Update(event.UpdateEvent{ObjectOld: acc, ObjectNew: with(func(o *corev1alpha1.ResourceSlice) { o.DeletionTimestamp = &metav1.Time{Time: now} })})
+		}, true},
+		{"denied, then accepted", func(p predicate.Predicate) bool { return p.Update(event.UpdateEvent{ObjectOld: den, ObjectNew: acc}) }, false},
+		{"accepted, unchanged", func(p predicate.Predicate) bool {
+			return p.Update(event.UpdateEvent{ObjectOld: acc, ObjectNew: with(func(o *corev1alpha1.ResourceSlice) { o.Labels = map[string]string{"x": "y"} })})
+		}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.e(roomFreed()); got != tc.want {
+				t.Errorf("roomFreed() = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -6,13 +6,21 @@
 // this cluster (so a cluster that is also a consumer leaves its own requests
 // to other providers alone). A slice is accepted only when its namespace's
 // annex.dev/remote-cluster-id label equals spec.consumerClusterID (a consumer
-// may not speak for another) and every requested
-// amount fits both the per-consumer ceiling (--max-resources-per-consumer,
-// counted over all of the consumer's accepted slices) and the provider's
-// allocatable capacity summed over its Ready, schedulable, non-virtual nodes.
-// An accepted slice is granted exactly what it asks for. An accepted answer
-// is kept for as long as the slice's spec does not change: capacity that
-// shrinks later, or a lower ceiling after a restart, never revokes a grant.
+// may not speak for another) and every requested amount, added to what the
+// consumer's other accepted slices were granted, fits both the per-consumer
+// ceiling (--max-resources-per-consumer) and the provider's allocatable
+// capacity summed over its Ready, schedulable, non-virtual nodes: the sum of
+// a consumer's accepted slices never exceeds what the provider offers it,
+// however many slices it sends (different consumers may together be
+// offered more than the capacity: each one's pods are then bounded by its
+// grant and by this cluster's scheduling). Decisions are taken one at a
+// time, and each counts the answers this controller wrote that the cache
+// may not show yet, so two slices sent together never both take the same
+// room. A denial names the rule (per-consumer limit or allocatable
+// capacity), each resource and the amounts. An accepted slice is granted
+// exactly what it asks for. An accepted answer is kept for as long as the
+// slice's spec does not change: capacity that shrinks later, or a lower
+// ceiling after a restart, never revokes a grant.
 package resourceslice
 
 import (
@@ -121,9 +129,10 @@ type Request struct {
 	// Limit is the per-consumer ceiling (empty: none).
 	Limit corev1.ResourceList
 	// GrantedToConsumer is what the consumer's other accepted slices were
-	// granted.
+	// granted, those accepted but not yet seen in the cache included.
 	GrantedToConsumer corev1.ResourceList
-	// Capacity is the provider's allocatable capacity.
+	// Capacity is the provider's allocatable capacity: what it offers one
+	// consumer in all, over all of the consumer's slices.
 	Capacity corev1.ResourceList
 }
 
@@ -157,23 +166,20 @@ func Decide(in Request) Decision {
 	var overLimit, overCapacity []string
 	for _, name := range sortedNames(spec.Resources) {
 		req := spec.Resources[name]
-		if limit, ok := in.Limit[name]; ok {
-			total := req.DeepCopy()
-			granted := in.GrantedToConsumer[name]
-			total.Add(granted)
-			if total.Cmp(limit) > 0 {
-				msg := fmt.Sprintf("requested %s %s exceeds this provider's per-consumer limit %s", name, req.String(), limit.String())
-				if !granted.IsZero() {
-					msg = fmt.Sprintf("requested %s %s plus %s already granted to consumer %s exceeds this provider's per-consumer limit %s",
-						name, req.String(), granted.String(), spec.ConsumerClusterID, limit.String())
-				}
-				overLimit = append(overLimit, msg)
-			}
+		granted := in.GrantedToConsumer[name]
+		total := req.DeepCopy()
+		total.Add(granted)
+		// what says what the request is measured with: the request alone,
+		// or with the consumer's other grants.
+		what := fmt.Sprintf("requested %s %s", name, req.String())
+		if !granted.IsZero() {
+			what = fmt.Sprintf("requested %s %s plus %s already granted to consumer %s", name, req.String(), granted.String(), spec.ConsumerClusterID)
 		}
-		capacity := in.Capacity[name]
-		if req.Cmp(capacity) > 0 {
-			overCapacity = append(overCapacity, fmt.Sprintf(
-				"requested %s %s exceeds this provider's allocatable capacity %s", name, req.String(), capacity.String()))
+		if limit, ok := in.Limit[name]; ok && total.Cmp(limit) > 0 {
+			overLimit = append(overLimit, fmt.Sprintf("%s exceeds this provider's per-consumer limit %s", what, limit.String()))
+		}
+		if capacity := in.Capacity[name]; total.Cmp(capacity) > 0 {
+			overCapacity = append(overCapacity, fmt.Sprintf("%s exceeds this provider's allocatable capacity %s", what, capacity.String()))
 		}
 	}
 	switch {

@@ -81,6 +81,27 @@ func TestDecide(t *testing.T) {
 			want: Decision{Reason: corev1alpha1.ReasonInsufficientResources, Message: "requested cpu 40 exceeds this provider's allocatable capacity 32"},
 		},
 		{
+			name: "over capacity together with earlier grants", consumer: "alpha", nsLabel: "alpha",
+			request: "cpu=10,memory=8Gi", granted: "cpu=24,memory=8Gi", capacity: capacity,
+			want: Decision{Reason: corev1alpha1.ReasonInsufficientResources, Message: "requested cpu 10 plus 24 already granted to consumer alpha exceeds this provider's allocatable capacity 32"},
+		},
+		{
+			name: "every resource over capacity is named", consumer: "alpha", nsLabel: "alpha",
+			request: "cpu=10,memory=100Gi,pods=1", granted: "cpu=24,memory=100Gi,pods=1", capacity: capacity,
+			want: Decision{Reason: corev1alpha1.ReasonInsufficientResources, Message: "requested cpu 10 plus 24 already granted to consumer alpha exceeds this provider's allocatable capacity 32; " +
+				"requested memory 100Gi plus 100Gi already granted to consumer alpha exceeds this provider's allocatable capacity 128Gi"},
+		},
+		{
+			name: "fits capacity together with earlier grants exactly", consumer: "alpha", nsLabel: "alpha",
+			request: "cpu=8", granted: "cpu=24,memory=128Gi", capacity: capacity,
+			want: Decision{Accepted: true, Reason: corev1alpha1.ReasonResourcesGranted, Message: "granted cpu=8"}, wantGrant: "cpu=8",
+		},
+		{
+			name: "limit and capacity both exceeded with earlier grants: the limit is reported", consumer: "alpha", nsLabel: "alpha",
+			request: "cpu=10", limit: "cpu=30", granted: "cpu=24", capacity: capacity,
+			want: Decision{Reason: corev1alpha1.ReasonPolicyDenied, Message: "requested cpu 10 plus 24 already granted to consumer alpha exceeds this provider's per-consumer limit 30"},
+		},
+		{
 			name: "resource the provider does not have", consumer: "alpha", nsLabel: "alpha",
 			request: "cpu=1,nvidia.com/gpu=1", capacity: capacity,
 			want: Decision{Reason: corev1alpha1.ReasonInsufficientResources, Message: "requested nvidia.com/gpu 1 exceeds this provider's allocatable capacity 0"},

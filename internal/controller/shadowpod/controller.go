@@ -2,8 +2,8 @@
 // ShadowPod a consumer creates in one of its remote namespaces, it creates
 // the real pod (same name and namespace, labels spec.podLabels plus
 // annex.dev/shadowpod=<name>, annotations spec.podAnnotations, spec
-// spec.pod), keeps it alive and mirrors its status into the ShadowPod's
-// status.
+// spec.pod with the provider's default requests), keeps it alive and
+// mirrors its status into the ShadowPod's status.
 //
 // Only ShadowPods in namespaces labelled annex.dev/managed-by=annex and
 // annex.dev/remote-cluster-id=<C> are handled; C, from the namespace's label
@@ -11,20 +11,31 @@
 // untrusted tenant: before a pod is created its spec is checked by Validate
 // (host namespaces, hostPath, host ports, privileged containers, privilege
 // escalation, extra capabilities, unconfined profiles are refused unless
-// --allow-privileged-shadowpods) and its requests by CheckQuota against
-// what the consumer's accepted ResourceSlices granted, counting the
-// consumer's other admitted, unfinished ShadowPods in all of its
-// namespaces. A refused ShadowPod gets status phase Failed with reason
-// Forbidden or QuotaExceeded, a message naming the field and the rule, and a
-// Warning Event; no pod is created, and none ever will be for it.
+// --allow-privileged-shadowpods), every container that neither requests nor
+// limits cpu or memory is given the provider's default request for it
+// (--tenant-default-requests), and the pod's requests are checked by
+// CheckQuota against what the consumer's accepted ResourceSlices granted,
+// counting what really runs: every unfinished pod in all of the consumer's
+// namespaces (with a ShadowPod or not) and the admissions whose pod is not
+// in the cache yet. Every resource name is bounded: one the grant does not
+// name is refused unless the provider leaves it unmetered
+// (--tenant-unmetered-resources). Admissions are serialized per consumer,
+// so that one consumer's burst never holds up another's. A refused
+// ShadowPod gets status phase Failed with reason Forbidden or QuotaExceeded,
+// a message naming the field and the rule, and a Warning Event; no pod is
+// created, and none ever will be for it; nothing else (a ServiceAccount) is
+// created for it either.
 //
 // The pod has a controller ownerReference to its ShadowPod and no finalizer
 // is used: deleting the ShadowPod lets the garbage collector delete the pod,
 // with the pod's own terminationGracePeriodSeconds (the grace period of a
-// custom resource's deletion is not visible to controllers). A pod deleted
-// while its ShadowPod exists is created again, unless the ShadowPod's status
-// already says Succeeded or Failed: finished pods never run again. A terminal
-// phase that a pod reaches because it is being deleted (a drain, a manual
+// custom resource's deletion is not visible to controllers). A pod left
+// running without a controller (its ShadowPod deleted with
+// propagationPolicy Orphan) is deleted, with a Warning Event: a consumer's
+// pod runs only while its ShadowPod exists. A pod deleted while its
+// ShadowPod exists is created again, unless the ShadowPod's status already
+// says Succeeded or Failed: finished pods never run again. A terminal phase
+// that a pod reaches because it is being deleted (a drain, a manual
 // deletion) is not mirrored, so such a pod is re-created once it is gone.
 // Mirroring writes the status only when it differs, so nothing is written at
 // steady state. Label and annotation changes in the ShadowPod's spec are
@@ -40,7 +51,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,6 +60,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -57,6 +68,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -85,21 +97,6 @@ const (
 	DefaultPendingRequeue = 2 * time.Second
 )
 
-// Options are the provider's pod policy.
-type Options struct {
-	// AllowPrivileged lets consumers run pods that Validate otherwise
-	// refuses (host namespaces, hostPath, privileged containers, ...).
-	AllowPrivileged bool
-	// PendingRequeue is how soon to look again while a previous pod of the
-	// same name is being deleted (DefaultPendingRequeue).
-	PendingRequeue time.Duration
-	// MaxConcurrentReconciles is the number of workers
-	// (DefaultMaxConcurrentReconciles). Only the quota check of each
-	// admission is serialized; pod creations and status mirroring run in
-	// parallel.
-	MaxConcurrentReconciles int
-}
-
 // DefaultMaxConcurrentReconciles is the number of workers of the
 // controller. Nearly all of a reconcile's time is API round trips (the
 // pod's creation, status mirror patches as the pod is scheduled and starts,
@@ -115,49 +112,66 @@ type Options struct {
 // provider's other clients.
 const DefaultMaxConcurrentReconciles = 16
 
-// BindFlags registers --allow-privileged-shadowpods on fs.
-func (o *Options) BindFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&o.AllowPrivileged, "allow-privileged-shadowpods", o.AllowPrivileged,
-		"let consumers run pods that use host namespaces, hostPath volumes, host ports, privileged containers, privilege escalation, capabilities beyond the runtime's defaults or unconfined security profiles (refused by default)")
-}
-
 // Reconciler runs the consumers' ShadowPods as real pods.
 type Reconciler struct {
 	client   client.Client
 	recorder events.EventRecorder
 	opts     Options
+	clock    clock.PassiveClock
 
-	// admitMu serializes the quota check of an admission and the
-	// reservation of the room it takes (reserve). Nothing else (the pod's
-	// creation, status writes, ServiceAccounts) is done under it.
-	admitMu sync.Mutex
-	// mu guards admitted, inFlight, requests and bounds.
+	// mu guards tenants, admitted and the fields of each tenant it says.
 	mu sync.Mutex
+	// tenants holds each consumer's admission state.
+	tenants map[string]*tenant
 	// admitted holds the ShadowPods whose pod is being created, or was
 	// created but may not be in the cache yet, so that the quota counts
 	// them meanwhile.
-	admitted map[types.NamespacedName]types.UID
-	// inFlight counts the pod creations under way (reserve to settle).
-	inFlight int
-	// bounds are the consumers' usage bounds (see usageBound).
-	bounds map[string]usageBound
-	clock  clock.PassiveClock
-	// requests memoizes PodRequests of each ShadowPod: the quota check adds
-	// up those of every admitted ShadowPod of the consumer at every
-	// admission, and computing them is most of its cost.
-	requests map[types.NamespacedName]memoRequests
+	admitted map[types.NamespacedName]admission
 }
 
-// memoRequests are the PodRequests of one version of a ShadowPod's spec.
+// tenant is one consumer's admission state. Each consumer's admissions are
+// serialized by its own admitMu: one consumer's burst never waits for
+// another's.
+type tenant struct {
+	// admitMu serializes the quota checks of the consumer's admissions and
+	// the reservation of the room each takes (reserve). Nothing else (pod
+	// creations, status writes, ServiceAccounts) is done under it.
+	admitMu sync.Mutex
+	// podRequests memoizes PodRequests of the consumer's pods by UID and
+	// generation (guarded by admitMu): an exact count adds up those of
+	// every pod of the consumer. Each count keeps only the pods it saw.
+	podRequests map[types.UID]memoRequests
+
+	// Guarded by Reconciler.mu:
+	// inFlight counts the consumer's pod creations under way (reserve to
+	// settle).
+	inFlight int
+	// bound is the consumer's usage bound (see usageBound), valid when
+	// bound.used is not nil.
+	bound usageBound
+}
+
+// admission is a pod admitted for a ShadowPod and counted by the quota until
+// the cache shows the pod.
+type admission struct {
+	// uid is the ShadowPod's.
+	uid      types.UID
+	consumer string
+	// requests are PodRequests of the pod: as desired until it is created,
+	// then as the API server stored it.
+	requests corev1.ResourceList
+}
+
+// memoRequests are the PodRequests of one version of a pod's spec.
 type memoRequests struct {
-	uid        types.UID
 	generation int64
 	requests   corev1.ResourceList
 }
 
 // New returns the reconciler. c reads ShadowPods, pods, namespaces and
-// ResourceSlices (from the cache), creates and patches pods and patches
-// ShadowPod status; recorder receives a Warning Event for every refusal.
+// ResourceSlices (from the cache), creates, patches and deletes pods,
+// creates ServiceAccounts and patches ShadowPod status; recorder receives a
+// Warning Event for every refusal and every orphaned pod deleted.
 func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconciler {
 	if opts.PendingRequeue <= 0 {
 		opts.PendingRequeue = DefaultPendingRequeue
@@ -166,15 +180,16 @@ func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconcil
 		opts.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
 	}
 	return &Reconciler{client: c, recorder: recorder, opts: opts, clock: clock.RealClock{},
-		admitted: map[types.NamespacedName]types.UID{}, requests: map[types.NamespacedName]memoRequests{},
-		bounds: map[string]usageBound{}}
+		tenants: map[string]*tenant{}, admitted: map[types.NamespacedName]admission{}}
 }
 
 // CacheByObject restricts the manager's cache to the pods this controller
 // creates (labelled annex.dev/shadowpod). Passing it to the manager's cache
 // options is optional (the controller filters events by that label itself)
 // and affects every reader of the manager's cache: do not set it if another
-// component reads other pods from it.
+// component reads other pods from it. With it, the quota counts only the
+// labelled pods of a consumer's namespaces (the consumer cannot create
+// others: it has no right on pods).
 func CacheByObject() map[client.Object]cache.ByObject {
 	req, _ := labels.NewRequirement(LabelShadowPod, selection.Exists, nil)
 	return map[client.Object]cache.ByObject{
@@ -182,15 +197,16 @@ func CacheByObject() map[client.Object]cache.ByObject {
 	}
 }
 
-// Reconcile runs one ShadowPod.
+// Reconcile runs one ShadowPod. The request's key is also the key of its
+// pod (same namespace and name).
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	sp := &offloadingv1alpha1.ShadowPod{}
 	if err := r.client.Get(ctx, req.NamespacedName, sp); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.forget(req.NamespacedName)
-			r.deleteRequests(req.NamespacedName)
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		r.forget(req.NamespacedName)
+		return ctrl.Result{}, r.deleteOrphan(ctx, req.NamespacedName)
 	}
 	ns := &corev1.Namespace{}
 	if err := r.client.Get(ctx, client.ObjectKey{Name: sp.Namespace}, ns); err != nil {
@@ -202,11 +218,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("consumer", consumer)
 	ctx = ctrl.LoggerInto(ctx, log)
-	if r.specChanged(sp) {
-		// Its requests may have grown: the consumer's usage bound no
-		// longer holds.
-		r.dropBound(consumer)
-	}
 
 	pod := &corev1.Pod{}
 	err := r.client.Get(ctx, req.NamespacedName, pod)
@@ -221,10 +232,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		return ctrl.Result{}, fmt.Errorf("get pod: %w", err)
 	}
 	if !metav1.IsControlledBy(pod, sp) {
-		if Finished(sp.Status.Phase) {
+		switch {
+		case orphaned(pod):
+			// Left by a previous ShadowPod of this name that was deleted
+			// with propagationPolicy Orphan: it goes, then sp's pod is
+			// created.
+			if err := r.deleteOrphanPod(ctx, pod); err != nil {
+				return ctrl.Result{}, err
+			}
+			return ctrl.Result{RequeueAfter: r.opts.PendingRequeue}, nil
+		case Finished(sp.Status.Phase):
 			return ctrl.Result{}, nil
-		}
-		if !pod.DeletionTimestamp.IsZero() || isShadowPodRef(metav1.GetControllerOf(pod)) {
+		case !pod.DeletionTimestamp.IsZero() || isShadowPodRef(metav1.GetControllerOf(pod)):
 			// The pod of a previous ShadowPod with this name: the garbage
 			// collector is deleting it.
 			return ctrl.Result{RequeueAfter: r.opts.PendingRequeue}, nil
@@ -240,10 +259,65 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	return ctrl.Result{}, r.mirror(ctx, sp, pod)
 }
 
-// create admits the ShadowPod (Validate, CheckQuota) and creates its pod.
-// Only the quota check and the reservation of the room it takes are
-// serialized (reserve); the pod's creation, a refusal or the first status
-// mirror are written outside of it.
+// orphaned reports whether pod was created by this controller (labelled
+// annex.dev/shadowpod) but has no controller any more: its ShadowPod was
+// deleted with propagationPolicy Orphan, and the garbage collector removed
+// the pod's ownerReference instead of deleting it.
+func orphaned(pod *corev1.Pod) bool {
+	_, labelled := pod.Labels[LabelShadowPod]
+	return labelled && metav1.GetControllerOf(pod) == nil
+}
+
+// deleteOrphan deletes the pod with key when its ShadowPod is gone and it is
+// orphaned in a namespace of a consumer. A pod that still names its deleted
+// ShadowPod as controller is left to the garbage collector.
+func (r *Reconciler) deleteOrphan(ctx context.Context, key types.NamespacedName) error {
+	pod := &corev1.Pod{}
+	if err := r.client.Get(ctx, key, pod); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !orphaned(pod) {
+		return nil
+	}
+	ns := &corev1.Namespace{}
+	if err := r.client.Get(ctx, client.ObjectKey{Name: key.Namespace}, ns); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if consumerOf(ns) == "" {
+		return nil
+	}
+	return r.deleteOrphanPod(ctx, pod)
+}
+
+// deleteOrphanPod deletes an orphaned pod (see orphaned), with its own grace
+// period: a consumer's pod runs only while its ShadowPod exists, so that
+// what runs is what the consumer sees, controls and is counted for.
+func (r *Reconciler) deleteOrphanPod(ctx context.Context, pod *corev1.Pod) error {
+	if !pod.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("delete orphaned pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	msg := fmt.Sprintf("pod %s/%s is labelled %s but no ShadowPod controls it (its ShadowPod was deleted with propagationPolicy Orphan): deleted, as a consumer's pod runs only while its ShadowPod exists",
+		pod.Namespace, pod.Name, LabelShadowPod)
+	ctrl.LoggerFrom(ctx).Info("Deleted orphaned pod", "pod", klog.KObj(pod))
+	r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonOrphanDeleted, "Delete", "%s", msg)
+	return nil
+}
+
+// ReasonOrphanDeleted is the reason of the Event recorded on an orphaned
+// pod that the controller deleted.
+const ReasonOrphanDeleted = "OrphanDeleted"
+
+// create admits the ShadowPod (Validate, then CheckQuota on its pod with the
+// default requests applied) and creates its pod. Only the quota check and
+// the reservation of the room it takes are serialized, per consumer
+// (reserve); the ServiceAccount, the pod's creation, a refusal or the first
+// status mirror are written outside of it.
 func (r *Reconciler) create(ctx context.Context, sp *offloadingv1alpha1.ShadowPod, consumer string) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	if errs := Validate(&sp.Spec, r.opts.AllowPrivileged); len(errs) > 0 {
@@ -253,25 +327,25 @@ func (r *Reconciler) create(ctx context.Context, sp *offloadingv1alpha1.ShadowPo
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	// Before the quota check, outside the serialized admission: a
-	// ServiceAccount left by a refused ShadowPod grants nothing.
-	if err := r.ensureServiceAccount(ctx, pod); err != nil {
-		return ctrl.Result{}, err
-	}
 
 	key := client.ObjectKeyFromObject(sp)
-	refusal, retry, err := r.reserve(ctx, sp, consumer)
+	refusal, retry, err := r.reserve(ctx, sp, consumer, PodRequests(&pod.Spec))
 	switch {
 	case err != nil:
 		return ctrl.Result{}, err
-	case retry:
-		return ctrl.Result{RequeueAfter: admissionRetry}, nil
+	case retry > 0:
+		return ctrl.Result{RequeueAfter: retry}, nil
 	case refusal != "":
 		return ctrl.Result{}, r.refuse(ctx, sp, offloadingv1alpha1.ReasonQuotaExceeded, refusal)
 	}
+	// Admitted: only now may the consumer have a ServiceAccount made.
+	if err := r.ensureServiceAccount(ctx, pod); err != nil {
+		r.settle(key, consumer, nil)
+		return ctrl.Result{}, err
+	}
 	err = r.client.Create(ctx, pod)
-	r.settle(key, err == nil)
 	if err != nil {
+		r.settle(key, consumer, nil)
 		switch {
 		case apierrors.IsAlreadyExists(err):
 			// Our cache is behind, or a pod our cache does not hold is in
@@ -291,6 +365,7 @@ func (r *Reconciler) create(ctx context.Context, sp *offloadingv1alpha1.ShadowPo
 			return ctrl.Result{}, fmt.Errorf("create pod: %w", err)
 		}
 	}
+	r.settle(key, consumer, pod)
 	log.Info("Created pod")
 	if apiequality.Semantic.DeepEqual(sp.Status, offloadingv1alpha1.ShadowPodStatus{}) {
 		// Nothing to correct: the pod's creation event reconciles sp
@@ -308,61 +383,90 @@ func (r *Reconciler) create(ctx context.Context, sp *offloadingv1alpha1.ShadowPo
 // fail and free its room, so it is not refused yet.
 const admissionRetry = 200 * time.Millisecond
 
-// reserve is the serialized part of admission (admitMu): it checks sp's
-// requests against the consumer's quota and, if they fit, remembers sp as
-// admitted before its pod is created, so that no other admission counts on
-// the same room while the creation is in flight (settle ends the
-// reservation). The creation itself, an API round trip, is not serialized.
-// It returns the quota's refusal message; retry instead when sp does not
-// fit while creations are in flight (a failed one frees its room), so that
-// a ShadowPod is only refused for what admitted pods really take.
-func (r *Reconciler) reserve(ctx context.Context, sp *offloadingv1alpha1.ShadowPod, consumer string) (refusal string, retry bool, err error) {
-	r.admitMu.Lock()
-	defer r.admitMu.Unlock()
-	granted, accepted, err := r.granted(ctx, consumer)
-	if err != nil {
-		return "", false, err
-	}
-	request := r.podRequests(sp)
+// tenant returns the admission state of consumer.
+func (r *Reconciler) tenant(consumer string) *tenant {
 	r.mu.Lock()
-	bound, ok := r.bounds[consumer]
+	defer r.mu.Unlock()
+	t, ok := r.tenants[consumer]
+	if !ok {
+		t = &tenant{podRequests: map[types.UID]memoRequests{}}
+		r.tenants[consumer] = t
+	}
+	return t
+}
+
+// reserve is the serialized part of admission (the consumer's admitMu): it
+// checks request, the requests of sp's pod, against the consumer's grant
+// and, if they fit, remembers sp as admitted before its pod is created, so
+// that no other admission counts on the same room while the creation is in
+// flight (settle ends the reservation). The creation itself, an API round
+// trip, is not serialized. It returns the quota's refusal message; or, when
+// sp does not fit only for now, how soon to check again (retry): while the
+// consumer's creations are in flight (a failed one frees its room) or while
+// pods being deleted would leave room, so that a ShadowPod is only refused
+// for what the consumer's pods really take.
+func (r *Reconciler) reserve(ctx context.Context, sp *offloadingv1alpha1.ShadowPod, consumer string, request corev1.ResourceList) (refusal string, retry time.Duration, err error) {
+	t := r.tenant(consumer)
+	t.admitMu.Lock()
+	defer t.admitMu.Unlock()
+	grant, err := r.granted(ctx, consumer)
+	if err != nil {
+		return "", 0, err
+	}
+	if msg := CheckQuota(consumer, request, nil, grant); msg != "" {
+		// Refused whatever the consumer's pods take: no count needed.
+		return msg, 0, nil
+	}
+	key := client.ObjectKeyFromObject(sp)
+	r.mu.Lock()
+	bound := t.bound
 	r.mu.Unlock()
-	if !ok || r.clock.Since(bound.at) >= usageBoundTTL || CheckQuota(consumer, request, bound.used, granted, accepted) != "" {
+	if bound.used == nil || r.clock.Since(bound.at) >= usageBoundTTL || CheckQuota(consumer, request, bound.used, grant) != "" {
 		// No bound, or sp does not fit under it: count exactly.
-		used, err := r.used(ctx, consumer, sp)
+		u, err := r.usage(ctx, consumer, t, key)
 		if err != nil {
-			return "", false, err
+			return "", 0, err
 		}
-		if msg := CheckQuota(consumer, request, used, granted, accepted); msg != "" {
+		if msg := CheckQuota(consumer, request, u.used, grant); msg != "" {
 			r.mu.Lock()
-			inFlight := r.inFlight
-			r.bounds[consumer] = usageBound{used: used, at: r.clock.Now()}
+			inFlight := t.inFlight
+			t.bound = usageBound{used: u.used, at: r.clock.Now()}
 			r.mu.Unlock()
-			return msg, inFlight > 0, nil
+			switch {
+			case inFlight > 0:
+				retry = admissionRetry
+			case len(u.terminating) > 0 && CheckQuota(consumer, request, subtract(u.used, u.terminating), grant) == "":
+				retry = r.opts.PendingRequeue
+			}
+			return msg, retry, nil
 		}
-		bound = usageBound{used: used, at: r.clock.Now()}
+		bound = usageBound{used: u.used, at: r.clock.Now()}
 	}
 	// Admitted: sp counts from now on, in the bound too.
 	bound.used = bound.used.DeepCopy()
 	add(bound.used, request)
 	r.mu.Lock()
-	r.bounds[consumer] = bound
-	r.admitted[client.ObjectKeyFromObject(sp)] = sp.UID
-	r.inFlight++
+	t.bound = bound
+	t.inFlight++
+	r.admitted[key] = admission{uid: sp.UID, consumer: consumer, requests: request}
 	r.mu.Unlock()
-	return "", false, nil
+	return "", 0, nil
 }
 
-// usageBound is an upper bound of what a consumer's admitted ShadowPods
-// use (see reserve): the exact sum at the time at, plus every admission
-// since. What the admitted ShadowPods use grows only by admissions (a pod
-// of a ShadowPod runs only once admitted here) or by a ShadowPod's spec
-// changing its requests, which drops the bound (dropBound); pods that
-// finish or go make it only more cautious. So a ShadowPod that fits under
-// the bound fits, and only one that does not is checked against the exact
-// sum: during a burst of N ShadowPods, the quota check costs O(1) instead
-// of a scan of the consumer's N ShadowPods and pods (O(N²) in all: 46% of
-// the provider agent's CPU in a burst of 1000 in the bench).
+// usageBound is an upper bound of what a consumer's pods take (see usage):
+// the exact sum at the time at, plus every admission since. A pod is
+// created in a consumer's namespace only by this controller, once admitted
+// here (the consumer has no right on pods, and the provider's own
+// operators do not run pods there), and a pod's requests never change
+// (in-place resize aside, which the consumer has no right to ask for; the
+// API server's own defaulting and admission are seen when the pod is
+// created, and settle drops the bound when they changed its requests). So
+// what the consumer's pods take grows only by admissions, pods that finish
+// or go make the bound only more cautious, and a ShadowPod that fits under
+// the bound fits: only one that does not is checked against the exact sum.
+// During a burst of N ShadowPods the quota check costs O(1) instead of a
+// scan of the consumer's N pods (O(N²) in all: 46% of the provider agent's
+// CPU in a burst of 1000 in the bench).
 type usageBound struct {
 	used corev1.ResourceList
 	at   time.Time
@@ -370,25 +474,33 @@ type usageBound struct {
 
 // usageBoundTTL bounds how long a usage bound is used before the exact sum
 // is computed again, should something this reasoning missed have made a
-// ShadowPod use more.
+// consumer's pods take more.
 const usageBoundTTL = 30 * time.Second
 
-// dropBound forgets the usage bound of consumer.
-func (r *Reconciler) dropBound(consumer string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.bounds, consumer)
-}
-
 // settle ends the reservation of the ShadowPod key once its pod's creation
-// returned: created, it stays admitted until its pod is in the cache;
-// otherwise it no longer counts.
-func (r *Reconciler) settle(key types.NamespacedName, created bool) {
+// returned: created (pod, as the API server returned it), it stays
+// admitted until its pod is in the cache, counted for what the API server
+// stored; otherwise (nil) it no longer counts.
+func (r *Reconciler) settle(key types.NamespacedName, consumer string, pod *corev1.Pod) {
+	var stored corev1.ResourceList
+	if pod != nil {
+		stored = PodRequests(&pod.Spec)
+	}
+	t := r.tenant(consumer)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.inFlight--
-	if !created {
+	t.inFlight--
+	a, ok := r.admitted[key]
+	switch {
+	case !ok:
+	case pod == nil:
 		delete(r.admitted, key)
+	case !apiequality.Semantic.DeepEqual(a.requests, stored):
+		// The API server's defaulting or admission changed the requests:
+		// count what it stored, and recount the consumer's usage.
+		a.requests = stored
+		r.admitted[key] = a
+		t.bound = usageBound{}
 	}
 }
 
@@ -397,7 +509,8 @@ func (r *Reconciler) settle(key types.NamespacedName, created bool) {
 // controller-manager creates in every namespace). It grants nothing: it only
 // lets the provider mint the pod's token, which authenticates to the
 // provider's API server with whatever the provider grants that
-// ServiceAccount (nothing, unless its administrator binds a role).
+// ServiceAccount (nothing, unless its administrator binds a role). It is
+// called only for an admitted ShadowPod.
 func (r *Reconciler) ensureServiceAccount(ctx context.Context, pod *corev1.Pod) error {
 	name := pod.Spec.ServiceAccountName
 	if name == "" || name == "default" {
@@ -411,32 +524,44 @@ func (r *Reconciler) ensureServiceAccount(ctx context.Context, pod *corev1.Pod) 
 	return nil
 }
 
-// granted sums status.resources of the consumer's accepted ResourceSlices:
-// replicas in its tenant namespace that name it as consumer.
-func (r *Reconciler) granted(ctx context.Context, consumer string) (corev1.ResourceList, int, error) {
+// granted returns the consumer's grant: the sum of status.resources of its
+// accepted ResourceSlices (replicas in its tenant namespace that name it as
+// consumer), and the resources this provider leaves unmetered.
+func (r *Reconciler) granted(ctx context.Context, consumer string) (Grant, error) {
 	list := &corev1alpha1.ResourceSliceList{}
 	tenant := corev1alpha1.TenantNamespaceName(consumer)
 	if err := r.client.List(ctx, list, client.InNamespace(tenant)); err != nil {
-		return nil, 0, fmt.Errorf("list ResourceSlices in %s: %w", tenant, err)
+		return Grant{}, fmt.Errorf("list ResourceSlices in %s: %w", tenant, err)
 	}
-	sum, n := corev1.ResourceList{}, 0
+	g := Grant{Resources: corev1.ResourceList{}, Unmetered: r.opts.UnmeteredResources}
 	for i := range list.Items {
 		rs := &list.Items[i]
 		if !replicator.IsReplica(rs) || rs.Spec.ConsumerClusterID != consumer ||
 			rs.Status.Phase != corev1alpha1.ResourceSliceAccepted || !rs.DeletionTimestamp.IsZero() {
 			continue
 		}
-		add(sum, rs.Status.Resources)
-		n++
+		add(g.Resources, rs.Status.Resources)
+		g.Slices++
 	}
-	return sum, n, nil
+	return g, nil
 }
 
-// used sums PodRequests over the consumer's admitted, unfinished ShadowPods
-// other than self, in every namespace labelled for the consumer. A ShadowPod
-// is admitted when its pod exists (and has not finished) or was just
-// created by this reconciler.
-func (r *Reconciler) used(ctx context.Context, consumer string, self *offloadingv1alpha1.ShadowPod) (corev1.ResourceList, error) {
+// usage is what a consumer's pods take.
+type usage struct {
+	// used sums PodRequests over the consumer's unfinished pods and
+	// admissions whose pod the cache does not show yet.
+	used corev1.ResourceList
+	// terminating is the part of used that pods being deleted take.
+	terminating corev1.ResourceList
+}
+
+// usage counts what the consumer's pods take: every unfinished pod (phase
+// neither Succeeded nor Failed) in every namespace labelled for the
+// consumer, whether a ShadowPod still controls it or not (an orphaned pod
+// runs, and counts, until it is gone), pods being deleted included (they
+// run until they are gone); and the admissions whose pod the cache does not
+// show yet, other than self's. It is called under t.admitMu.
+func (r *Reconciler) usage(ctx context.Context, consumer string, t *tenant, self types.NamespacedName) (usage, error) {
 	// The lists below come from the cache without deep copies (an
 	// admission used to copy every ShadowPod and pod of the consumer: a
 	// burst of N cost O(N²) copies). They are only read, never modified.
@@ -444,42 +569,69 @@ func (r *Reconciler) used(ctx context.Context, consumer string, self *offloading
 	if err := r.client.List(ctx, namespaces, client.MatchingLabels{
 		corev1alpha1.LabelRemoteClusterID: consumer, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex,
 	}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list namespaces of consumer %s: %w", consumer, err)
+		return usage{}, fmt.Errorf("list namespaces of consumer %s: %w", consumer, err)
 	}
-	sum := corev1.ResourceList{}
+	u := usage{used: corev1.ResourceList{}, terminating: corev1.ResourceList{}}
+	seen := make(map[types.UID]memoRequests, len(t.podRequests))
+	// cached are the pods the cache shows, by key, with their controller's
+	// UID: an admission whose pod is among them is counted by its pod.
+	cached := map[types.NamespacedName]types.UID{}
+	mine := map[string]bool{}
 	for _, ns := range namespaces.Items {
-		sps := &offloadingv1alpha1.ShadowPodList{}
-		if err := r.client.List(ctx, sps, client.InNamespace(ns.Name), client.UnsafeDisableDeepCopy); err != nil {
-			return nil, fmt.Errorf("list ShadowPods in %s: %w", ns.Name, err)
-		}
-		if len(sps.Items) == 0 {
-			continue
-		}
+		mine[ns.Name] = true
 		pods := &corev1.PodList{}
-		if err := r.client.List(ctx, pods, client.InNamespace(ns.Name), client.HasLabels{LabelShadowPod}, client.UnsafeDisableDeepCopy); err != nil {
-			return nil, fmt.Errorf("list pods in %s: %w", ns.Name, err)
+		if err := r.client.List(ctx, pods, client.InNamespace(ns.Name), client.UnsafeDisableDeepCopy); err != nil {
+			return usage{}, fmt.Errorf("list pods in %s: %w", ns.Name, err)
 		}
-		running := map[types.UID]bool{}
 		for i := range pods.Items {
 			p := &pods.Items[i]
-			if ref := metav1.GetControllerOf(p); isShadowPodRef(ref) && !Finished(p.Status.Phase) {
-				running[ref.UID] = true
+			var owner types.UID
+			if ref := metav1.GetControllerOf(p); ref != nil {
+				owner = ref.UID
 			}
-		}
-		for i := range sps.Items {
-			o := &sps.Items[i]
-			if o.UID == self.UID || Finished(o.Status.Phase) {
+			cached[client.ObjectKeyFromObject(p)] = owner
+			if Finished(p.Status.Phase) {
 				continue
 			}
-			if running[o.UID] || r.remembered(client.ObjectKeyFromObject(o), o.UID) {
-				add(sum, r.podRequests(o))
+			m, ok := t.podRequests[p.UID]
+			if !ok || m.generation != p.Generation {
+				m = memoRequests{generation: p.Generation, requests: PodRequests(&p.Spec)}
+			}
+			seen[p.UID] = m
+			add(u.used, m.requests)
+			if !p.DeletionTimestamp.IsZero() {
+				add(u.terminating, m.requests)
 			}
 		}
 	}
-	return sum, nil
+	t.podRequests = seen
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key, a := range r.admitted {
+		if key == self || a.consumer != consumer || !mine[key.Namespace] {
+			continue
+		}
+		if owner, ok := cached[key]; ok && owner == a.uid {
+			continue
+		}
+		add(u.used, a.requests)
+	}
+	return u, nil
 }
 
-// desiredPod is the pod of sp.
+// subtract returns a - b.
+func subtract(a, b corev1.ResourceList) corev1.ResourceList {
+	out := a.DeepCopy()
+	for name, q := range b {
+		cur := out[name]
+		cur.Sub(q)
+		out[name] = cur
+	}
+	return out
+}
+
+// desiredPod is the pod of sp: its spec, with the provider's default
+// requests applied.
 func (r *Reconciler) desiredPod(sp *offloadingv1alpha1.ShadowPod) (*corev1.Pod, error) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -490,6 +642,7 @@ func (r *Reconciler) desiredPod(sp *offloadingv1alpha1.ShadowPod) (*corev1.Pod, 
 		},
 		Spec: *sp.Spec.Pod.DeepCopy(),
 	}
+	ApplyDefaultRequests(&pod.Spec, r.opts.DefaultRequests)
 	if err := controllerutil.SetControllerReference(sp, pod, r.client.Scheme()); err != nil {
 		return nil, fmt.Errorf("set owner: %w", err)
 	}
@@ -565,52 +718,12 @@ func (r *Reconciler) setStatus(ctx context.Context, sp *offloadingv1alpha1.Shado
 	return nil
 }
 
-// forget drops what is remembered about the ShadowPod key: it is gone or
-// its pod is in the cache. The memoized requests go with the ShadowPod only
-// (deleteRequests).
+// forget drops the admission of the ShadowPod key: it is gone or its pod is
+// in the cache.
 func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.admitted, key)
-}
-
-// podRequests returns PodRequests of sp's pod spec, computed once per
-// ShadowPod UID and generation. The result is shared: do not modify it.
-func (r *Reconciler) podRequests(sp *offloadingv1alpha1.ShadowPod) corev1.ResourceList {
-	key := client.ObjectKeyFromObject(sp)
-	r.mu.Lock()
-	m, ok := r.requests[key]
-	r.mu.Unlock()
-	if ok && m.uid == sp.UID && m.generation == sp.Generation {
-		return m.requests
-	}
-	req := PodRequests(&sp.Spec.Pod)
-	r.mu.Lock()
-	r.requests[key] = memoRequests{uid: sp.UID, generation: sp.Generation, requests: req}
-	r.mu.Unlock()
-	return req
-}
-
-// specChanged reports whether sp's requests were memoized for another
-// generation of its spec.
-func (r *Reconciler) specChanged(sp *offloadingv1alpha1.ShadowPod) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m, ok := r.requests[client.ObjectKeyFromObject(sp)]
-	return ok && m.uid == sp.UID && m.generation != sp.Generation
-}
-
-// deleteRequests drops the memoized requests of a deleted ShadowPod.
-func (r *Reconciler) deleteRequests(key types.NamespacedName) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.requests, key)
-}
-
-func (r *Reconciler) remembered(key types.NamespacedName, uid types.UID) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.admitted[key] == uid
 }
 
 // consumerOf returns the consumer that namespace ns belongs to, or "" when
@@ -641,18 +754,23 @@ func hasAll(got, want map[string]string) bool {
 }
 
 // SetupWithManager registers the controller "shadowpod" on mgr. It is
-// triggered by ShadowPod creation and spec changes (not by its own status
-// writes) and by every change of a pod labelled annex.dev/shadowpod, which
-// wakes the pod's controlling ShadowPod (status mirroring, re-creation after
-// a deletion).
+// triggered by ShadowPod creation, spec changes and deletion (not by its own
+// status writes) and by every change of a pod labelled annex.dev/shadowpod,
+// which wakes the ShadowPod of the same name (status mirroring, re-creation
+// after a deletion, and the deletion of a pod left orphaned).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	hasLabel := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		_, ok := o.GetLabels()[LabelShadowPod]
 		return ok
 	})
+	// A pod has its ShadowPod's name: its key is the ShadowPod's, whether
+	// the ShadowPod still controls it or it was orphaned.
+	byKey := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
+	})
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("shadowpod").
 		For(&offloadingv1alpha1.ShadowPod{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&corev1.Pod{}, builder.WithPredicates(hasLabel))
+		Watches(&corev1.Pod{}, byKey, builder.WithPredicates(hasLabel))
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).Complete(r)
 }

@@ -2,6 +2,8 @@ package shadowpod
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,13 +12,14 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -137,8 +140,9 @@ var runningStatus = offloadingv1alpha1.ShadowPodStatus{
 }
 
 const (
-	ns      = "web-alpha"
-	quotaRe = "spec.pod: the requests of its containers would take consumer alpha over the resources granted by its accepted ResourceSlices: "
+	ns           = "web-alpha"
+	quotaRe      = "spec.pod: the requests of its containers would take consumer alpha over the resources granted by its accepted ResourceSlices: "
+	notGrantedRe = "spec.pod: its containers request resources that no accepted ResourceSlice of consumer alpha grants and that this provider does not leave unmetered: "
 )
 
 func TestReconcile(t *testing.T) {
@@ -154,6 +158,7 @@ func TestReconcile(t *testing.T) {
 		o := shadowPod(t, namespace, name, requests, mutate...)
 		return []client.Object{o, podOf(o, running)}
 	}
+	done := shadowPod(t, ns, "done", "cpu=3", withStatus(corev1.PodSucceeded, "", ""))
 	const hostNetMsg = "spec.pod.hostNetwork: Forbidden: sharing the node's network namespace: " + hint
 
 	tests := []struct {
@@ -244,9 +249,9 @@ func TestReconcile(t *testing.T) {
 			wantEvents: []string{"Warning QuotaExceeded " + quotaRe + "cpu 2 requested + 2500m in use exceeds 4 granted"},
 		},
 		{
-			name: "quota: finished, unadmitted and other consumers' ShadowPods do not count",
+			name: "quota: finished pods, ShadowPods without a pod and other consumers' pods do not count",
 			objs: join(base,
-				other(ns, "done", "cpu=3", withStatus(corev1.PodSucceeded, "", "")),
+				[]client.Object{done, podOf(done, func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded })},
 				other("web-gamma", "theirs", "cpu=4"),
 				[]client.Object{
 					shadowPod(t, ns, "refused", "cpu=4", withStatus(corev1.PodFailed, offloadingv1alpha1.ReasonForbidden, "no")),
@@ -271,6 +276,72 @@ func TestReconcile(t *testing.T) {
 			want: offloadingv1alpha1.ShadowPodStatus{Phase: corev1.PodFailed, Reason: offloadingv1alpha1.ReasonQuotaExceeded,
 				Message: "consumer alpha has no accepted ResourceSlice on this provider: no pod of it may run here"},
 			wantEvents: []string{"Warning QuotaExceeded consumer alpha has no accepted ResourceSlice on this provider: no pod of it may run here"},
+		},
+		{
+			name: "refused: quota, counting a pod that no ShadowPod controls any more (orphaned)",
+			objs: join(base, []client.Object{podOf(shadowPod(t, "shop-alpha", "left", "cpu=3"), running, func(p *corev1.Pod) {
+				p.OwnerReferences = nil
+			})}),
+			sp: big,
+			want: offloadingv1alpha1.ShadowPodStatus{Phase: corev1.PodFailed, Reason: offloadingv1alpha1.ReasonQuotaExceeded,
+				Message: quotaRe + "cpu 2 requested + 3 in use exceeds 4 granted"},
+			wantEvents: []string{"Warning QuotaExceeded " + quotaRe + "cpu 2 requested + 3 in use exceeds 4 granted"},
+		},
+		{
+			name: "a pod being deleted still counts: the ShadowPod waits for it, and is not refused",
+			objs: join(base, []client.Object{podOf(shadowPod(t, "shop-alpha", "going", "cpu=3"), running, func(p *corev1.Pod) {
+				p.DeletionTimestamp = &now
+				p.Finalizers = []string{"test/hold"}
+			})}),
+			sp:          big,
+			wantRequeue: true,
+		},
+		{
+			name: "refused: a GPU the grant does not name",
+			objs: base,
+			sp:   shadowPod(t, ns, "web", "cpu=1,nvidia.com/gpu=1"),
+			want: offloadingv1alpha1.ShadowPodStatus{Phase: corev1.PodFailed, Reason: offloadingv1alpha1.ReasonQuotaExceeded,
+				Message: notGrantedRe + "nvidia.com/gpu 1 requested"},
+			wantEvents: []string{"Warning QuotaExceeded " + notGrantedRe + "nvidia.com/gpu 1 requested"},
+		},
+		{
+			name: "refused: ephemeral-storage and hugepages the grant does not name, limits only",
+			objs: base,
+			sp: shadowPod(t, ns, "web", "cpu=1", func(sp *offloadingv1alpha1.ShadowPod) {
+				sp.Spec.Pod.Containers[0].Resources.Limits = rl(t, "ephemeral-storage=100Gi,hugepages-2Mi=1Gi")
+			}),
+			want: offloadingv1alpha1.ShadowPodStatus{Phase: corev1.PodFailed, Reason: offloadingv1alpha1.ReasonQuotaExceeded,
+				Message: notGrantedRe + "ephemeral-storage 100Gi requested, hugepages-2Mi 1Gi requested"},
+			wantEvents: []string{"Warning QuotaExceeded " + notGrantedRe + "ephemeral-storage 100Gi requested, hugepages-2Mi 1Gi requested"},
+		},
+		{
+			name:    "ephemeral-storage left unmetered by the provider",
+			objs:    base,
+			sp:      shadowPod(t, ns, "web", "cpu=1,ephemeral-storage=1Gi"),
+			opts:    Options{UnmeteredResources: []corev1.ResourceName{corev1.ResourceEphemeralStorage}},
+			wantPod: podOf(shadowPod(t, ns, "web", "cpu=1,ephemeral-storage=1Gi")),
+		},
+		{
+			name:    "a granted GPU",
+			objs:    []client.Object{remoteNS(ns, "alpha"), slice(t, "peering", "alpha", corev1alpha1.ResourceSliceAccepted, "cpu=4,memory=8Gi,pods=10,nvidia.com/gpu=1")},
+			sp:      shadowPod(t, ns, "web", "cpu=1,nvidia.com/gpu=1"),
+			wantPod: podOf(shadowPod(t, ns, "web", "cpu=1,nvidia.com/gpu=1")),
+		},
+		{
+			name:    "a BestEffort pod gets the default requests",
+			objs:    base,
+			sp:      shadowPod(t, ns, "web", ""),
+			opts:    Options{DefaultRequests: rl(t, "cpu=100m,memory=128Mi")},
+			wantPod: podOf(shadowPod(t, ns, "web", "cpu=100m,memory=128Mi")),
+		},
+		{
+			name: "refused: a BestEffort pod is counted with the default requests",
+			objs: join(base, other(ns, "a", "cpu=3950m")),
+			sp:   shadowPod(t, ns, "web", ""),
+			opts: Options{DefaultRequests: rl(t, "cpu=100m,memory=128Mi")},
+			want: offloadingv1alpha1.ShadowPodStatus{Phase: corev1.PodFailed, Reason: offloadingv1alpha1.ReasonQuotaExceeded,
+				Message: quotaRe + "cpu 100m requested + 3950m in use exceeds 4 granted"},
+			wantEvents: []string{"Warning QuotaExceeded " + quotaRe + "cpu 100m requested + 3950m in use exceeds 4 granted"},
 		},
 		{
 			name: "a namespace not managed for a consumer is ignored",
@@ -390,14 +461,14 @@ func TestQuotaCountsPodsNotYetInCache(t *testing.T) {
 		t.Errorf("second pod: err = %v, want NotFound", err)
 	}
 
-	// Once the first ShadowPod is gone, it no longer counts.
+	// Once the first ShadowPod is gone, its admission no longer counts.
 	if err := c.Delete(ctx, first); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(first)}); err != nil {
 		t.Fatal(err)
 	}
-	if r.remembered(client.ObjectKeyFromObject(first), first.UID) {
+	if _, ok := r.admitted[client.ObjectKeyFromObject(first)]; ok {
 		t.Errorf("first ShadowPod still counted after its deletion")
 	}
 }
@@ -412,50 +483,41 @@ func TestQuotaReservationInFlight(t *testing.T) {
 		WithObjects(remoteNS(ns, "alpha"), slice(t, "peering", "alpha", corev1alpha1.ResourceSliceAccepted, "cpu=4,memory=8Gi,pods=10"), first, second).
 		Build()
 	r := New(c, events.NewFakeRecorder(10), Options{})
-	if msg, retry, err := r.reserve(ctx, first, "alpha"); msg != "" || retry || err != nil {
+	reserve := func(sp *offloadingv1alpha1.ShadowPod) (string, time.Duration, error) {
+		return r.reserve(ctx, sp, "alpha", PodRequests(&sp.Spec.Pod))
+	}
+	if msg, retry, err := reserve(first); msg != "" || retry != 0 || err != nil {
 		t.Fatalf("reserve(first) = %q, %v, %v; want it to fit", msg, retry, err)
 	}
-	msg, retry, err := r.reserve(ctx, second, "alpha")
-	if msg == "" || !retry || err != nil {
+	msg, retry, err := reserve(second)
+	if msg == "" || retry != admissionRetry || err != nil {
 		t.Fatalf("reserve(second) while first is in flight = %q, %v, %v; want a retry", msg, retry, err)
 	}
-	r.settle(client.ObjectKeyFromObject(first), false) // the first creation failed
-	if msg, retry, err := r.reserve(ctx, second, "alpha"); msg != "" || retry || err != nil {
+	r.settle(client.ObjectKeyFromObject(first), "alpha", nil) // the first creation failed
+	if msg, retry, err := reserve(second); msg != "" || retry != 0 || err != nil {
 		t.Fatalf("reserve(second) after the first failed = %q, %v, %v; want it to fit", msg, retry, err)
 	}
-	r.settle(client.ObjectKeyFromObject(second), true)
+	pod, err := r.desiredPod(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.settle(client.ObjectKeyFromObject(second), "alpha", pod)
 	// Nothing in flight any more: a pod that does not fit is refused.
 	third := shadowPod(t, ns, "third", "cpu=3")
-	if msg, retry, err := r.reserve(ctx, third, "alpha"); msg == "" || retry || err != nil {
+	if msg, retry, err := reserve(third); msg == "" || retry != 0 || err != nil {
 		t.Fatalf("reserve(third) = %q, %v, %v; want a refusal", msg, retry, err)
 	}
-}
-
-// PodRequests are computed once per ShadowPod version.
-func TestPodRequestsMemoized(t *testing.T) {
-	r := New(fake.NewClientBuilder().WithScheme(testScheme(t)).Build(), events.NewFakeRecorder(1), Options{})
-	sp := shadowPod(t, ns, "web", "cpu=1")
-	got := r.podRequests(sp)
-	if q := got[corev1.ResourceCPU]; q.String() != "1" {
-		t.Fatalf("cpu = %s, want 1", q.String())
-	}
-	sp.Spec.Pod.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("2")
-	if q := r.podRequests(sp)[corev1.ResourceCPU]; q.String() != "1" {
-		t.Errorf("same generation: cpu = %s, want the memoized 1", q.String())
-	}
-	sp.Generation++
-	if q := r.podRequests(sp)[corev1.ResourceCPU]; q.String() != "2" {
-		t.Errorf("next generation: cpu = %s, want 2", q.String())
-	}
-	r.deleteRequests(client.ObjectKeyFromObject(sp))
-	if len(r.requests) != 0 {
-		t.Errorf("requests of a deleted ShadowPod kept: %v", r.requests)
+	// A request that exceeds the grant by itself is refused at once.
+	huge := shadowPod(t, ns, "huge", "cpu=5")
+	if msg, retry, err := reserve(huge); msg == "" || retry != 0 || err != nil {
+		t.Fatalf("reserve(huge) = %q, %v, %v; want a refusal", msg, retry, err)
 	}
 }
 
 // A ShadowPod that fits under the consumer's usage bound is admitted
-// without counting every ShadowPod again; one that does not is counted
-// exactly (and refused only then). A spec change drops the bound.
+// without counting every pod again; one that does not is counted exactly
+// (and refused only then). A pod stored with other requests than admitted
+// drops the bound.
 func TestQuotaUsageBound(t *testing.T) {
 	ctx := context.Background()
 	var lists atomic.Int32
@@ -468,50 +530,277 @@ func TestQuotaUsageBound(t *testing.T) {
 	}
 	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).
 		WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			if _, ok := list.(*offloadingv1alpha1.ShadowPodList); ok {
+			if _, ok := list.(*corev1.PodList); ok {
 				lists.Add(1)
 			}
 			return c.List(ctx, list, opts...)
 		}}).Build()
 	r := New(c, events.NewFakeRecorder(10), Options{})
 	for _, sp := range sps[:4] {
-		if msg, retry, err := r.reserve(ctx, sp, "alpha"); msg != "" || retry || err != nil {
+		if msg, retry, err := r.reserve(ctx, sp, "alpha", PodRequests(&sp.Spec.Pod)); msg != "" || retry != 0 || err != nil {
 			t.Fatalf("reserve(%s) = %q, %v, %v", sp.Name, msg, retry, err)
 		}
-		r.settle(client.ObjectKeyFromObject(sp), true)
+		pod, err := r.desiredPod(sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.settle(client.ObjectKeyFromObject(sp), "alpha", pod)
 	}
 	if n := lists.Load(); n != 1 {
-		t.Errorf("%d scans of the ShadowPods for 4 admissions that fit, want 1 (the first)", n)
+		t.Errorf("%d scans of the pods for 4 admissions that fit, want 1 (the first)", n)
 	}
 	// The fifth does not fit (4 CPUs granted): counted exactly, refused.
-	if msg, _, err := r.reserve(ctx, sps[4], "alpha"); msg == "" || err != nil {
+	if msg, _, err := r.reserve(ctx, sps[4], "alpha", PodRequests(&sps[4].Spec.Pod)); msg == "" || err != nil {
 		t.Fatalf("reserve(e) = %q, %v; want a refusal", msg, err)
 	}
 	if n := lists.Load(); n != 2 {
 		t.Errorf("%d scans after a check that failed under the bound, want 2", n)
 	}
-	// A spec change of an admitted ShadowPod (its pod running) drops the
-	// bound: its requests may have grown.
-	pod, err := r.desiredPod(sps[0])
+	// A pod that the API server stored with more than was admitted (a
+	// provider's webhook added a sidecar) drops the bound.
+	if err := c.Delete(ctx, sps[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(sps[0])}); err != nil {
+		t.Fatal(err)
+	}
+	f := shadowPod(t, ns, "f", "cpu=500m")
+	if msg, retry, err := r.reserve(ctx, f, "alpha", PodRequests(&f.Spec.Pod)); msg != "" || retry != 0 || err != nil {
+		t.Fatalf("reserve(f) = %q, %v, %v", msg, retry, err)
+	}
+	if r.tenant("alpha").bound.used == nil {
+		t.Fatal("no usage bound after an admission")
+	}
+	stored, err := r.desiredPod(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, pod); err != nil {
+	stored.Spec.Containers = append(stored.Spec.Containers, container(t, "cpu=1", ""))
+	r.settle(client.ObjectKeyFromObject(f), "alpha", stored)
+	if b := r.tenant("alpha").bound; b.used != nil {
+		t.Errorf("usage bound %v kept after the API server stored more than was admitted", b.used)
+	}
+	if diff := cmp.Diff(rl(t, "cpu=1500m,pods=1"), r.admitted[client.ObjectKeyFromObject(f)].requests, cmpRL); diff != "" {
+		t.Errorf("admission counted for (-want +got):\n%s", diff)
+	}
+}
+
+// A consumer deletes an admitted ShadowPod with propagationPolicy Orphan:
+// its pod runs on without an owner. It still counts, so a new ShadowPod that
+// needs its room is refused; and the controller deletes it.
+func TestOrphanedPod(t *testing.T) {
+	ctx := context.Background()
+	a, b, c := shadowPod(t, ns, "a", "cpu=3"), shadowPod(t, ns, "b", "cpu=2"), shadowPod(t, ns, "c", "cpu=2")
+	cl := fake.NewClientBuilder().WithScheme(testScheme(t)).
+		WithStatusSubresource(&offloadingv1alpha1.ShadowPod{}).
+		WithObjects(remoteNS(ns, "alpha"), remoteNS("default", ""), slice(t, "peering", "alpha", corev1alpha1.ResourceSliceAccepted, "cpu=4,memory=8Gi,pods=10"), a).
+		Build()
+	rec := events.NewFakeRecorder(10)
+	r := New(cl, rec, Options{})
+	reconcileKey := func(key types.NamespacedName) ctrl.Result {
+		t.Helper()
+		res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+		if err != nil {
+			t.Fatalf("Reconcile(%s) error = %v", key, err)
+		}
+		return res
+	}
+	reconcileKey(client.ObjectKeyFromObject(a))
+	pod := &corev1.Pod{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(a), pod); err != nil {
+		t.Fatalf("pod of a: %v", err)
+	}
+	reconcileKey(client.ObjectKeyFromObject(a)) // the cache shows the pod
+
+	// kubectl delete shadowpod a --cascade=orphan: the garbage collector
+	// removes the pod's ownerReference, then the ShadowPod goes.
+	pod.OwnerReferences = nil
+	if err := cl.Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	a := &offloadingv1alpha1.ShadowPod{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(sps[0]), a); err != nil {
+	if err := cl.Delete(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	a.Generation++
-	a.Spec.Pod.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("2")
-	if err := c.Update(ctx, a); err != nil {
+
+	// b, created before the orphan's deletion is processed: refused, the
+	// orphaned pod still runs and counts.
+	if err := cl.Create(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(a)}); err != nil {
+	reconcileKey(client.ObjectKeyFromObject(b))
+	got := &offloadingv1alpha1.ShadowPod{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(b), got); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := r.bounds["alpha"]; ok {
-		t.Error("usage bound kept after a spec change")
+	want := offloadingv1alpha1.ShadowPodStatus{Phase: corev1.PodFailed, Reason: offloadingv1alpha1.ReasonQuotaExceeded,
+		Message: quotaRe + "cpu 2 requested + 3 in use exceeds 4 granted"}
+	if diff := cmp.Diff(want, got.Status); diff != "" {
+		t.Errorf("status of b (-want +got):\n%s", diff)
+	}
+
+	// The pod's update (or the ShadowPod's deletion) wakes a's key: the
+	// orphan is deleted.
+	reconcileKey(client.ObjectKeyFromObject(a))
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(a), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("orphaned pod: err = %v, want NotFound", err)
+	}
+	// Its room is free again.
+	if err := cl.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	reconcileKey(client.ObjectKeyFromObject(c))
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(c), &corev1.Pod{}); err != nil {
+		t.Errorf("pod of c: %v", err)
+	}
+
+	// An orphan in the way of a new ShadowPod of the same name goes first.
+	d := shadowPod(t, ns, "d", "cpu=1")
+	left := podOf(shadowPod(t, ns, "d", "cpu=1", func(sp *offloadingv1alpha1.ShadowPod) { sp.UID = "previous" }), func(p *corev1.Pod) {
+		p.OwnerReferences = nil
+	})
+	if err := cl.Create(ctx, left); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Create(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if res := reconcileKey(client.ObjectKeyFromObject(d)); res.RequeueAfter == 0 {
+		t.Errorf("Reconcile(d) = %+v, want a requeue while the orphan goes", res)
+	}
+	reconcileKey(client.ObjectKeyFromObject(d))
+	pod = &corev1.Pod{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(d), pod); err != nil || !metav1.IsControlledBy(pod, d) {
+		t.Errorf("pod of d: %v, controlled by d: %v", err, err == nil && metav1.IsControlledBy(pod, d))
+	}
+
+	// A pod without an owner in a namespace Annex does not manage for a
+	// consumer is not ours to delete, labelled or not.
+	foreign := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x", Labels: map[string]string{LabelShadowPod: "x"}}}
+	if err := cl.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	reconcileKey(client.ObjectKeyFromObject(foreign))
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(foreign), &corev1.Pod{}); err != nil {
+		t.Errorf("a pod outside the consumer's namespaces: %v", err)
+	}
+
+	close(rec.Events)
+	var gotEvents []string
+	for e := range rec.Events {
+		gotEvents = append(gotEvents, e)
+	}
+	orphanMsg := func(name string) string {
+		return "Warning OrphanDeleted pod " + ns + "/" + name + " is labelled annex.dev/shadowpod but no ShadowPod controls it " +
+			"(its ShadowPod was deleted with propagationPolicy Orphan): deleted, as a consumer's pod runs only while its ShadowPod exists"
+	}
+	wantEvents := []string{"Warning QuotaExceeded " + want.Message, orphanMsg("a"), orphanMsg("d")}
+	if diff := cmp.Diff(wantEvents, gotEvents); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// The ServiceAccount a pod runs as is created only once its ShadowPod is
+// admitted.
+func TestServiceAccountOnlyWhenAdmitted(t *testing.T) {
+	ctx := context.Background()
+	withSA := func(sp *offloadingv1alpha1.ShadowPod) { sp.Spec.Pod.ServiceAccountName = "app" }
+	refused, admitted := shadowPod(t, ns, "refused", "cpu=5", withSA), shadowPod(t, "shop-alpha", "admitted", "cpu=1", withSA)
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).
+		WithStatusSubresource(&offloadingv1alpha1.ShadowPod{}).
+		WithObjects(remoteNS(ns, "alpha"), remoteNS("shop-alpha", "alpha"), slice(t, "peering", "alpha", corev1alpha1.ResourceSliceAccepted, "cpu=4,memory=8Gi,pods=10"), refused, admitted).
+		Build()
+	r := New(c, events.NewFakeRecorder(10), Options{})
+	for _, sp := range []*offloadingv1alpha1.ShadowPod{refused, admitted} {
+		if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(sp)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "app"}, &corev1.ServiceAccount{}); !apierrors.IsNotFound(err) {
+		t.Errorf("ServiceAccount of the refused ShadowPod: err = %v, want NotFound", err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "shop-alpha", Name: "app"}, &corev1.ServiceAccount{}); err != nil {
+		t.Errorf("ServiceAccount of the admitted ShadowPod: %v", err)
+	}
+}
+
+// One consumer's admissions never wait for another's: while alpha's quota
+// check is stalled, gamma's goes through; and each consumer's concurrent
+// admissions never exceed its own grant.
+func TestAdmissionsPerConsumer(t *testing.T) {
+	ctx := context.Background()
+	consumers := []string{"alpha", "gamma"}
+	objs := []client.Object{}
+	for _, c := range consumers {
+		objs = append(objs, remoteNS("web-"+c, c), slice(t, "peering", c, corev1alpha1.ResourceSliceAccepted, "cpu=4,memory=8Gi,pods=10"))
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var stall atomic.Bool
+	stall.Store(true)
+	cl := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).
+		WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			lo := (&client.ListOptions{}).ApplyOptions(opts)
+			if _, ok := list.(*corev1.NamespaceList); ok && stall.Load() && lo.LabelSelector != nil &&
+				lo.LabelSelector.Matches(labels.Set{corev1alpha1.LabelRemoteClusterID: "alpha", corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}) {
+				stall.Store(false)
+				close(entered)
+				<-release
+			}
+			return c.List(ctx, list, opts...)
+		}}).Build()
+	r := New(cl, events.NewFakeRecorder(100), Options{})
+
+	stalled := shadowPod(t, "web-alpha", "stalled", "cpu=1")
+	done := make(chan error)
+	go func() {
+		_, _, err := r.reserve(ctx, stalled, "alpha", PodRequests(&stalled.Spec.Pod))
+		done <- err
+	}()
+	<-entered
+	other := shadowPod(t, "web-gamma", "first", "cpu=1")
+	gammaDone := make(chan string)
+	go func() {
+		msg, _, err := r.reserve(ctx, other, "gamma", PodRequests(&other.Spec.Pod))
+		if err != nil {
+			msg = err.Error()
+		}
+		gammaDone <- msg
+	}()
+	select {
+	case msg := <-gammaDone:
+		if msg != "" {
+			t.Errorf("gamma's admission = %q, want admitted", msg)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("gamma's admission waited for alpha's")
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// 3 more CPUs for each; 20 concurrent admissions each of 1 CPU.
+	var wg sync.WaitGroup
+	var admitted [2]atomic.Int32
+	for i, c := range consumers {
+		for j := range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sp := shadowPod(t, "web-"+c, fmt.Sprintf("burst-%d", j), "cpu=1")
+				msg, _, err := r.reserve(ctx, sp, c, PodRequests(&sp.Spec.Pod))
+				if err != nil {
+					t.Error(err)
+				}
+				if msg == "" {
+					admitted[i].Add(1)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for i, c := range consumers {
+		if n := admitted[i].Load(); n != 3 {
+			t.Errorf("%s: %d admitted of 20 concurrent admissions with room for 3", c, n)
+		}
 	}
 }

@@ -18,8 +18,8 @@ var quotaResources = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMe
 // (regular containers and restartable init containers, "sidecars", add up;
 // an ordinary init container runs alone, beside the sidecars started before
 // it, so the pod needs the larger of the two; pod-level requests replace the
-// containers' cpu and memory; overhead is added), plus pods=1. A container
-// limit without a request counts as the request, as the API server would
+// containers' for each resource they name; overhead is added), plus pods=1.
+// A limit without a request counts as the request, as the API server would
 // default it.
 func PodRequests(spec *corev1.PodSpec) corev1.ResourceList {
 	sum := corev1.ResourceList{}
@@ -42,13 +42,10 @@ func PodRequests(spec *corev1.PodSpec) corev1.ResourceList {
 	}
 	maxInto(sum, initPeak)
 	if spec.Resources != nil {
-		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			if q, ok := spec.Resources.Requests[name]; ok {
-				sum[name] = q.DeepCopy()
-			} else if q, ok := spec.Resources.Limits[name]; ok {
-				sum[name] = q.DeepCopy()
-			}
-		}
+		// The API server requires pod-level requests to cover the
+		// containers' (which they replace): the larger is the same for a
+		// valid pod, and never less than what runs.
+		maxInto(sum, containerRequests(&corev1.Container{Resources: *spec.Resources}))
 	}
 	add(sum, spec.Overhead)
 	sum[corev1.ResourcePods] = *resource.NewQuantity(1, resource.DecimalSI)
@@ -70,43 +67,103 @@ func containerRequests(c *corev1.Container) corev1.ResourceList {
 	return out
 }
 
+// Grant is what a consumer may use on this provider.
+type Grant struct {
+	// Resources is the sum of status.resources of the consumer's accepted
+	// ResourceSlices.
+	Resources corev1.ResourceList
+	// Slices is the number of those slices.
+	Slices int
+	// Unmetered are the resources (other than cpu, memory and pods) that
+	// this provider leaves to its own scheduling when Resources does not
+	// name them (--tenant-unmetered-resources).
+	Unmetered []corev1.ResourceName
+}
+
 // CheckQuota decides whether a pod requesting request fits the consumer's
-// quota: used is the sum of PodRequests over the consumer's other admitted,
-// unfinished ShadowPods, granted the sum of status.resources of its accepted
-// ResourceSlices (acceptedSlices of them). cpu, memory and pods are always
-// checked (a resource the grants do not name is granted zero); any other
-// resource is checked when the grants name it, and otherwise left to this
-// cluster's own scheduling and quotas. It returns "" when the pod fits,
-// otherwise a message naming the field and the rule.
-func CheckQuota(consumer string, request, used, granted corev1.ResourceList, acceptedSlices int) string {
-	if acceptedSlices == 0 {
+// grant g, given used, what the consumer's pods take already (see
+// Reconciler.usage). Every resource name is bounded: cpu, memory and pods
+// are always checked (a resource the grant does not name is granted zero);
+// any other resource is checked against the grant when the grant names it,
+// is left to this cluster's own scheduling when the provider lists it in
+// g.Unmetered, and is otherwise refused. It returns "" when the pod fits,
+// otherwise a message naming the field, each resource and the rule.
+func CheckQuota(consumer string, request, used corev1.ResourceList, g Grant) string {
+	if g.Slices == 0 {
 		return fmt.Sprintf("consumer %s has no accepted ResourceSlice on this provider: no pod of it may run here", consumer)
 	}
-	names := slices.Clone(quotaResources)
-	for name := range granted {
-		if !slices.Contains(names, name) {
-			names = append(names, name)
+	var over, ungranted []string
+	for _, name := range sortedNames(request) {
+		req := request[name]
+		if req.IsZero() {
+			continue
 		}
-	}
-	slices.Sort(names)
-	var over []string
-	for _, name := range names {
-		req, ok := request[name]
-		if !ok || req.IsZero() {
+		granted, named := g.Resources[name]
+		if !named && !slices.Contains(quotaResources, name) {
+			if !slices.Contains(g.Unmetered, name) {
+				ungranted = append(ungranted, fmt.Sprintf("%s %s requested", name, req.String()))
+			}
 			continue
 		}
 		total := used[name].DeepCopy()
 		total.Add(req)
-		if g := granted[name]; total.Cmp(g) > 0 {
+		if total.Cmp(granted) > 0 {
 			u := used[name]
-			over = append(over, fmt.Sprintf("%s %s requested + %s in use exceeds %s granted", name, req.String(), u.String(), g.String()))
+			over = append(over, fmt.Sprintf("%s %s requested + %s in use exceeds %s granted", name, req.String(), u.String(), granted.String()))
 		}
 	}
-	if len(over) == 0 {
-		return ""
+	var msgs []string
+	if len(ungranted) > 0 {
+		msgs = append(msgs, fmt.Sprintf("spec.pod: its containers request resources that no accepted ResourceSlice of consumer %s grants and that this provider does not leave unmetered: %s",
+			consumer, strings.Join(ungranted, ", ")))
 	}
-	return fmt.Sprintf("spec.pod: the requests of its containers would take consumer %s over the resources granted by its accepted ResourceSlices: %s",
-		consumer, strings.Join(over, "; "))
+	if len(over) > 0 {
+		msgs = append(msgs, fmt.Sprintf("spec.pod: the requests of its containers would take consumer %s over the resources granted by its accepted ResourceSlices: %s",
+			consumer, strings.Join(over, "; ")))
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// ApplyDefaultRequests gives every container (init containers and sidecars
+// included) of spec that neither requests nor limits cpu or memory the
+// request in defaults for it, so that a pod is counted, and scheduled, for
+// what it runs (a BestEffort pod would otherwise take nothing from the
+// quota). A resource that the pod-level resources name is left alone: there
+// the pod-level value is what counts, and the containers' requests may not
+// exceed it. Only cpu and memory in defaults are applied.
+func ApplyDefaultRequests(spec *corev1.PodSpec, defaults corev1.ResourceList) {
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		q, ok := defaults[name]
+		if !ok || q.IsZero() || (spec.Resources != nil && (has(spec.Resources.Requests, name) || has(spec.Resources.Limits, name))) {
+			continue
+		}
+		for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+			for i := range cs {
+				r := &cs[i].Resources
+				if has(r.Requests, name) || has(r.Limits, name) {
+					continue
+				}
+				if r.Requests == nil {
+					r.Requests = corev1.ResourceList{}
+				}
+				r.Requests[name] = q.DeepCopy()
+			}
+		}
+	}
+}
+
+func has(l corev1.ResourceList, name corev1.ResourceName) bool {
+	_, ok := l[name]
+	return ok
+}
+
+func sortedNames(l corev1.ResourceList) []corev1.ResourceName {
+	names := make([]corev1.ResourceName, 0, len(l))
+	for name := range l {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }
 
 func add(sum, l corev1.ResourceList) {
