@@ -78,7 +78,7 @@ func TestTenantAdmission(t *testing.T) {
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenantNS, Labels: labels}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: remoteNS, Labels: labels}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "annex-consumer", Namespace: remoteNS},
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "annex-remote-consumer"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "annex-remote-consumer"},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: corev1alpha1.ConsumerServiceAccountName, Namespace: tenantNS}}},
 		&schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: testPriorityClass}, Value: 1000000},
 		&nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: testRuntimeClass}, Handler: "runsc"},
@@ -293,4 +293,3 @@ func checkAPIRefusal(t *testing.T, err error, want string, apiRefuses bool) {
 		}
 	}
 }
-
