@@ -287,6 +287,7 @@ func checkAPIRefusal(t *testing.T, err error, want string, apiRefuses bool) {
 		t.Errorf("refused with %q, want %q", err.Error(), want)
 	}
 	if err != nil {
+		t.Logf("refused: %v", err)
 		var status apierrors.APIStatus
 		if errors.As(err, &status) && status.Status().Code != 422 {
 			t.Errorf("HTTP %d, want 422: %v", status.Status().Code, err)
