@@ -25,7 +25,8 @@ import (
 	"github.com/annexhq/annex/internal/localcluster"
 )
 
-// TestTenantAdmission installs into a real API server and, as the
+// TestTenantAdmission installs into a real API server (with a global
+// default PriorityClass, which every pod gets) and, as the
 // identities that write there (the provider's agent for pods, the
 // consumer's ServiceAccount for Services and ShadowPods), tries every case
 // of admission_cases_test.go: each forbidden one is refused with HTTP 422
@@ -66,8 +67,15 @@ func TestTenantAdmission(t *testing.T) {
 		}
 		return out.String()
 	}
-	if out := install(); !strings.Contains(out, "provider policy ConfigMap annex-system/annex-provider-policy with the defaults") {
-		t.Errorf("install output does not tell it created the provider policy:\n%s", out)
+	// A provider with a global default PriorityClass: the API server gives
+	// it to every pod that names none, so install allows it.
+	if err := c.Client.Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "provider-default"},
+		Value: 10, GlobalDefault: true}); err != nil {
+		t.Fatal(err)
+	}
+	if out := install(); !strings.Contains(out, `provider policy ConfigMap annex-system/annex-provider-policy with the defaults`) ||
+		!strings.Contains(out, `priority classes "provider-default"`) {
+		t.Errorf("install output does not tell it created the provider policy allowing provider-default:\n%s", out)
 	}
 
 	// What the provider's agent and the peering set up for consumer c1.
@@ -135,6 +143,15 @@ func TestTenantAdmission(t *testing.T) {
 		sp.Spec.Pod.Containers[0].Image = "evil"
 		return tenant.Update(ctx, sp, client.DryRunAll)
 	})
+
+	kwok := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: remoteNS}, Spec: kwokPodSpec()}
+	if err := agent.Create(ctx, kwok, client.DryRunAll); err != nil {
+		t.Fatalf("kwok pod: %v", err)
+	}
+	if kwok.Spec.PriorityClassName != "provider-default" || len(kwok.Spec.Tolerations) != 2 || kwok.Spec.SchedulerName != corev1.DefaultSchedulerName {
+		t.Errorf("kwok pod admitted with priorityClassName %q, tolerations %v, schedulerName %q; want provider-default, not-ready and unreachable, default-scheduler",
+			kwok.Spec.PriorityClassName, kwok.Spec.Tolerations, kwok.Spec.SchedulerName)
+	}
 
 	t.Run("pods", func(t *testing.T) {
 		for _, tc := range podCases() {
