@@ -46,8 +46,12 @@ func newInstallCommand(s cli.IOStreams) *cobra.Command {
 		Long: `install server-side applies Annex's CustomResourceDefinitions, the annex-system
 namespace, the agent's ServiceAccount and RBAC, the cluster identity ConfigMap
 (cluster ID and pod/service/external CIDRs) and, unless --local-agent is set, the
-annex-agent Deployment. Running it again changes nothing. It refuses to install
-over a different Annex version or to change an installed cluster's ID.`,
+annex-agent Deployment, and the admission policies that hold this cluster's
+tenants to what they may ask for. Running it again changes nothing. It refuses
+to install over a different Annex version or to change an installed cluster's
+ID.
+
+` + install.PolicyHelp,
 		Example: `  annexctl install --kubeconfig alpha.kubeconfig --cluster-id alpha --pod-cidr 10.200.0.0/16`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

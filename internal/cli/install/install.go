@@ -1,6 +1,9 @@
 // Package install owns `annexctl install`: it server-side applies the CRDs,
-// the annex-system namespace, the agent's RBAC, the cluster identity
-// ConfigMap and (unless the agent runs elsewhere) the agent Deployment.
+// the annex-system namespace, the agent's RBAC, the admission policies
+// (config/admission), the cluster identity ConfigMap and (unless the agent
+// runs elsewhere) the agent Deployment, and creates the provider policy
+// ConfigMap (ProviderPolicy) unless it exists: the operator owns that one
+// once it is there.
 package install
 
 import (
@@ -163,7 +166,11 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 			return err
 		}
 	}
-	s.Step("admission policy for offloaded namespaces (%d objects)", len(admission))
+	s.Step("admission policies for offloaded namespaces and for the tenants of this provider (%d objects)", len(admission))
+
+	if err := ensureProviderPolicy(ctx, s, c); err != nil {
+		return err
+	}
 
 	cm := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
@@ -193,6 +200,44 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 		}
 	}
 	fmt.Fprintf(s.Out, "Annex %s is installed in %s as cluster %q.\n", version.Version, c.Host, clusterID)
+	return nil
+}
+
+// ensureProviderPolicy creates the provider policy ConfigMap with its
+// defaults, unless it exists: then it is the operator's and stays as it is.
+// A PriorityClass marked globalDefault is allowed from the start: the API
+// server gives it to every pod that names none, so refusing it would refuse
+// every tenant pod.
+func ensureProviderPolicy(ctx context.Context, s cli.IOStreams, c *cli.Cluster) error {
+	key := client.ObjectKey{Namespace: corev1alpha1.AgentNamespace, Name: ProviderPolicyName}
+	switch err := c.Client.Get(ctx, key, &corev1.ConfigMap{}); {
+	case err == nil:
+		s.Step("kept the provider policy ConfigMap %s (edit it to change what tenants may ask for; see annexctl install --help)", key)
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("read ConfigMap %s: %w", key, err)
+	}
+	pcs, err := c.Clientset.SchedulingV1().PriorityClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list PriorityClasses (for the global default one): %w", err)
+	}
+	var globalDefault []string
+	for _, pc := range pcs.Items {
+		if pc.GlobalDefault {
+			globalDefault = append(globalDefault, pc.Name)
+		}
+	}
+	cm := ProviderPolicy(globalDefault...)
+	switch err := c.Client.Create(ctx, cm); {
+	case apierrors.IsAlreadyExists(err):
+		s.Step("kept the provider policy ConfigMap %s (created meanwhile)", key)
+		return nil
+	case err != nil:
+		return fmt.Errorf("create ConfigMap %s: %w", key, err)
+	}
+	s.Step("provider policy ConfigMap %s with the defaults: tolerations %q, node label keys %q, priority classes %q, runtime classes %q, schedulers %q",
+		key, cm.Data[PolicyKeyTolerationKeys], cm.Data[PolicyKeyNodeLabelKeys], cm.Data[PolicyKeyPriorityClasses],
+		cm.Data[PolicyKeyRuntimeClasses], cm.Data[PolicyKeySchedulerNames])
 	return nil
 }
 

@@ -62,7 +62,7 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 			return err
 		}
 	}
-	s.Step("removed the admission policy and the agent's cluster-wide RBAC")
+	s.Step("removed the admission policies and the agent's cluster-wide RBAC")
 	ns := &corev1.Namespace{}
 	ns.Name = corev1alpha1.AgentNamespace
 	if err := deleteObj(ns); err != nil {
