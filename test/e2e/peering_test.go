@@ -163,7 +163,7 @@ func TestPeering(t *testing.T) {
 		return nil
 	})
 	vn := &corev1alpha1.VirtualNode{}
-	if err := c1.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-beta", Name: "beta"}, vn); err != nil {
+	if err := c1.Get(ctx, client.ObjectKey{Namespace: "annex-peer-beta", Name: "beta"}, vn); err != nil {
 		t.Fatalf("VirtualNode: %v", err)
 	}
 	if got := vn.Spec.Resources.Cpu().String(); got != "2" {
@@ -239,7 +239,7 @@ func TestPeering(t *testing.T) {
 // checkConsumerRBAC uses the consumer's own credentials against the provider.
 func checkConsumerRBAC(t *testing.T, one, two *localcluster.Cluster) {
 	ctx := context.Background()
-	secret, err := clientset(t, one).CoreV1().Secrets("annex-tenant-beta").Get(ctx, corev1alpha1.CredentialsSecretName, metav1.GetOptions{})
+	secret, err := clientset(t, one).CoreV1().Secrets("annex-peer-beta").Get(ctx, corev1alpha1.CredentialsSecretName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,6 +263,16 @@ func checkConsumerRBAC(t *testing.T, one, two *localcluster.Cluster) {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe-" + fmt.Sprint(time.Now().UnixNano()), Namespace: ns}}
 	}
 	allowed := map[string]func() error{
+		"read its heartbeat Lease": func() error {
+			_, err := cs.CoordinationV1().Leases("annex-tenant-alpha").Get(ctx, corev1alpha1.HeartbeatLeaseName, metav1.GetOptions{})
+			return err
+		},
+		"read the replica of its ResourceSlice": func() error {
+			_, err := cs.Discovery().RESTClient().Get().AbsPath("/apis/core.annex.dev/v1alpha1/namespaces/annex-tenant-alpha/resourceslices/peering").DoRaw(ctx)
+			return err
+		},
+	}
+	deniedOps := map[string]func() error{
 		"create a ConfigMap in its tenant": func() error {
 			_, err := cs.CoreV1().ConfigMaps("annex-tenant-alpha").Create(ctx, cm("annex-tenant-alpha"), metav1.CreateOptions{})
 			return err
@@ -271,8 +281,10 @@ func checkConsumerRBAC(t *testing.T, one, two *localcluster.Cluster) {
 			_, err := cs.CoreV1().Secrets("annex-tenant-alpha").List(ctx, metav1.ListOptions{})
 			return err
 		},
-	}
-	deniedOps := map[string]func() error{
+		"list the replicas in its tenant": func() error {
+			_, err := cs.Discovery().RESTClient().Get().AbsPath("/apis/core.annex.dev/v1alpha1/namespaces/annex-tenant-alpha/resourceslices").DoRaw(ctx)
+			return err
+		},
 		"list Secrets in kube-system": func() error {
 			_, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
 			return err
@@ -328,7 +340,7 @@ func checkConsumerRBAC(t *testing.T, one, two *localcluster.Cluster) {
 // and the peering stays reachable throughout.
 func checkRenewal(t *testing.T, c1 client.Client) {
 	ctx := context.Background()
-	key := client.ObjectKey{Namespace: "annex-tenant-beta", Name: corev1alpha1.CredentialsSecretName}
+	key := client.ObjectKey{Namespace: "annex-peer-beta", Name: corev1alpha1.CredentialsSecretName}
 	s := &corev1.Secret{}
 	if err := c1.Get(ctx, key, s); err != nil {
 		t.Fatal(err)
@@ -423,7 +435,8 @@ func peeringLeftovers(ctx context.Context, t *testing.T, c client.Client) []stri
 		t.Fatal(err)
 	}
 	for _, ns := range nss.Items {
-		if strings.HasPrefix(ns.Name, corev1alpha1.TenantNamespacePrefix) && ns.Name != "annex-tenant-someone-else" {
+		if (strings.HasPrefix(ns.Name, corev1alpha1.TenantNamespacePrefix) || strings.HasPrefix(ns.Name, corev1alpha1.PeerNamespacePrefix)) &&
+			ns.Name != "annex-tenant-someone-else" {
 			left = append(left, "Namespace "+ns.Name+" ("+string(ns.Status.Phase)+")")
 		}
 	}
