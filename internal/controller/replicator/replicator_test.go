@@ -548,6 +548,7 @@ func TestRequestsForPeer(t *testing.T) {
 		mk("a", "was-beta", nil, map[string]string{AnnotationReplicatedTo: peer}),
 		mk("b", "to-gamma", map[string]string{corev1alpha1.LabelRemoteClusterID: "gamma"}, nil),
 		mk("b", "plain", nil, nil),
+		mk(corev1alpha1.TenantNamespaceName("gamma"), "tenant-wrote", map[string]string{corev1alpha1.LabelRemoteClusterID: peer}, nil),
 	).Build()
 	r := New(c, &fakeRemotes{}, local, gvk, Options{})
 	got := r.requestsForPeer(context.Background(), peer)

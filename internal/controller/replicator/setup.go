@@ -66,6 +66,9 @@ func (r *Reconciler) requestsForPeer(ctx context.Context, peer string) []reconci
 	}
 	var reqs []reconcile.Request
 	for _, o := range list.Items {
+		if IsReplica(&o) || InTenantNamespace(&o) {
+			continue
+		}
 		if o.GetLabels()[corev1alpha1.LabelRemoteClusterID] == peer || o.GetAnnotations()[AnnotationReplicatedTo] == peer {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}})
 		}
