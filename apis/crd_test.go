@@ -125,12 +125,12 @@ func foreignCluster(name, clusterID, url string) *corev1alpha1.ForeignCluster {
 
 func virtualNode(nodeName string) *corev1alpha1.VirtualNode {
 	return &corev1alpha1.VirtualNode{
-		ObjectMeta: metav1.ObjectMeta{Name: "beta", Namespace: "annex-tenant-beta"},
+		ObjectMeta: metav1.ObjectMeta{Name: "beta", Namespace: "annex-peer-beta"},
 		Spec: corev1alpha1.VirtualNodeSpec{
 			ClusterID:            "beta",
 			NodeName:             nodeName,
 			Resources:            corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")},
-			CredentialsSecretRef: corev1alpha1.SecretReference{Namespace: "annex-tenant-beta", Name: "kubeconfig"},
+			CredentialsSecretRef: corev1alpha1.SecretReference{Namespace: "annex-peer-beta", Name: "kubeconfig"},
 		},
 	}
 }

@@ -286,7 +286,7 @@ func hurryNamespace(ctx context.Context, k *kube, name string) {
 // leftovers lists what of the peering with the provider is on the consumer.
 func leftovers(ctx context.Context, e *env) ([]string, error) {
 	c := e.consumer.cr
-	tenant := corev1alpha1.TenantNamespaceName(providerName)
+	peerNS := corev1alpha1.PeerNamespaceName(providerName) // the consumer's own objects for the provider
 	node := corev1alpha1.VirtualNodeNamePrefix + providerName
 	var left []string
 	get := func(what string, obj client.Object, key client.ObjectKey) error {
@@ -299,7 +299,7 @@ func leftovers(ctx context.Context, e *env) ([]string, error) {
 	}
 	errs := []error{
 		get("Node "+node, &corev1.Node{}, client.ObjectKey{Name: node}),
-		get("namespace "+tenant, &corev1.Namespace{}, client.ObjectKey{Name: tenant}),
+		get("namespace "+peerNS, &corev1.Namespace{}, client.ObjectKey{Name: peerNS}),
 		get("ForeignCluster "+providerName, &corev1alpha1.ForeignCluster{}, client.ObjectKey{Name: providerName}),
 	}
 	lists := map[string]client.ObjectList{
@@ -308,13 +308,13 @@ func leftovers(ctx context.Context, e *env) ([]string, error) {
 		"RemoteNamespace": &offloadingv1alpha1.RemoteNamespaceList{},
 	}
 	for kind, l := range lists {
-		if err := c.List(ctx, l, client.InNamespace(tenant)); err != nil {
+		if err := c.List(ctx, l, client.InNamespace(peerNS)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		items, _ := meta.ExtractList(l)
 		for _, it := range items {
-			left = append(left, kind+" "+tenant+"/"+it.(client.Object).GetName())
+			left = append(left, kind+" "+peerNS+"/"+it.(client.Object).GetName())
 		}
 	}
 	ncs := &networkingv1alpha1.NetworkConfigurationList{}

@@ -24,9 +24,11 @@ func newPeerCommand(s cli.IOStreams) *cobra.Command {
 		Long: `peer establishes a peering in which the consumer (--kubeconfig) uses resources
 of the provider (--remote-kubeconfig); it needs admin access to both. On the provider
 it creates the tenant namespace annex-tenant-<consumer> with a ServiceAccount whose
-Role allows only what offloading needs in that consumer's own namespaces. The
-consumer gets a kubeconfig Secret with a bound, expiring token of that
-ServiceAccount, which its agent renews. ForeignClusters appear on both sides, a
+Role allows only what offloading needs in that consumer's own namespaces. On the
+consumer it creates the peer namespace annex-peer-<provider>, where the consumer
+keeps its own objects for the provider (out of the provider's reach): a kubeconfig
+Secret with a bound, expiring token of that ServiceAccount, which its agent renews,
+the ResourceSlice and the VirtualNode. ForeignClusters appear on both sides, a
 ResourceSlice is requested and accepted (or denied, with the reason) by the
 provider's agent, and a VirtualNode (Node annex-<provider>) is created on the
 consumer. Running it again changes nothing.`,

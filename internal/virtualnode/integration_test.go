@@ -85,9 +85,9 @@ func TestVirtualNodeIntegration(t *testing.T) {
 	runProviderAgent(ctx, t, pc, pcfg, scheme)
 
 	// Consumer: the ForeignCluster, the offloaded namespace, the VirtualNode.
-	tenant := corev1alpha1.TenantNamespaceName(providerID)
+	peerNS := corev1alpha1.PeerNamespaceName(providerID)
 	createNamespace(ctx, t, cc, localNS)
-	createNamespace(ctx, t, cc, tenant)
+	createNamespace(ctx, t, cc, peerNS)
 	must(t, cc.Create(ctx, &corev1alpha1.ForeignCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: providerID},
 		Spec:       corev1alpha1.ForeignClusterSpec{ClusterID: providerID, APIServerURL: provider.APIServerURL()},
@@ -97,7 +97,7 @@ func TestVirtualNodeIntegration(t *testing.T) {
 	nso.Status.RemoteNamespaces = []offloadingv1alpha1.ProviderNamespaceStatus{{ClusterID: providerID, RemoteNamespace: remoteNS, Phase: offloadingv1alpha1.RemoteNamespaceReady}}
 	must(t, cc.Status().Update(ctx, nso))
 	vn := &corev1alpha1.VirtualNode{
-		ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: providerID},
+		ObjectMeta: metav1.ObjectMeta{Namespace: peerNS, Name: providerID},
 		Spec: corev1alpha1.VirtualNodeSpec{
 			ClusterID: providerID,
 			Resources: corev1.ResourceList{
@@ -107,7 +107,7 @@ func TestVirtualNodeIntegration(t *testing.T) {
 			},
 			Labels:               map[string]string{"region": "eu"},
 			Taints:               []corev1.Taint{{Key: "example.com/extra", Value: "x", Effect: corev1.TaintEffectNoSchedule}},
-			CredentialsSecretRef: corev1alpha1.SecretReference{Namespace: tenant, Name: corev1alpha1.CredentialsSecretName},
+			CredentialsSecretRef: corev1alpha1.SecretReference{Namespace: peerNS, Name: corev1alpha1.CredentialsSecretName},
 		},
 	}
 	must(t, cc.Create(ctx, vn))
@@ -557,7 +557,7 @@ func runProviderAgent(ctx context.Context, t *testing.T, c client.Client, cfg *r
 	}
 	rs := &corev1alpha1.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.TenantNamespaceName(consumerID), Name: providerID,
-			Annotations: map[string]string{replicator.AnnotationOriginNamespace: corev1alpha1.TenantNamespaceName(providerID)}},
+			Annotations: map[string]string{replicator.AnnotationOriginNamespace: corev1alpha1.PeerNamespaceName(providerID)}},
 		Spec: corev1alpha1.ResourceSliceSpec{ConsumerClusterID: consumerID, ProviderClusterID: providerID, Resources: granted},
 	}
 	must(t, c.Create(ctx, rs))

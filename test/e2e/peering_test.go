@@ -163,7 +163,7 @@ func TestPeering(t *testing.T) {
 		return nil
 	})
 	vn := &corev1alpha1.VirtualNode{}
-	if err := c1.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-beta", Name: "beta"}, vn); err != nil {
+	if err := c1.Get(ctx, client.ObjectKey{Namespace: "annex-peer-beta", Name: "beta"}, vn); err != nil {
 		t.Fatalf("VirtualNode: %v", err)
 	}
 	if got := vn.Spec.Resources.Cpu().String(); got != "2" {
@@ -205,6 +205,7 @@ func TestPeering(t *testing.T) {
 	t.Run("consumer token is least privilege", func(t *testing.T) { checkConsumerRBAC(t, one, two) })
 	t.Run("token renewed before expiry", func(t *testing.T) { checkRenewal(t, c1) })
 	t.Run("dead and hung provider detected", func(t *testing.T) { checkDetection(t, c1, two) })
+	t.Run("two-way peering keeps each side's own objects apart", func(t *testing.T) { checkTwoWay(t, one, two) })
 
 	if out, err := annexctl(t, "unpeer", "--kubeconfig", one.KubeconfigPath(), "--remote-kubeconfig", two.KubeconfigPath()); err != nil {
 		t.Fatalf("unpeer: %v\n%s", err, out)
@@ -239,7 +240,7 @@ func TestPeering(t *testing.T) {
 // checkConsumerRBAC uses the consumer's own credentials against the provider.
 func checkConsumerRBAC(t *testing.T, one, two *localcluster.Cluster) {
 	ctx := context.Background()
-	secret, err := clientset(t, one).CoreV1().Secrets("annex-tenant-beta").Get(ctx, corev1alpha1.CredentialsSecretName, metav1.GetOptions{})
+	secret, err := clientset(t, one).CoreV1().Secrets("annex-peer-beta").Get(ctx, corev1alpha1.CredentialsSecretName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,6 +264,19 @@ func checkConsumerRBAC(t *testing.T, one, two *localcluster.Cluster) {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe-" + fmt.Sprint(time.Now().UnixNano()), Namespace: ns}}
 	}
 	allowed := map[string]func() error{
+		"read its heartbeat Lease": func() error {
+			_, err := cs.CoordinationV1().Leases("annex-tenant-alpha").Get(ctx, corev1alpha1.HeartbeatLeaseName, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil // authorized; the first renewal may still be due
+			}
+			return err
+		},
+		"read the replica of its ResourceSlice": func() error {
+			_, err := cs.Discovery().RESTClient().Get().AbsPath("/apis/core.annex.dev/v1alpha1/namespaces/annex-tenant-alpha/resourceslices/peering").DoRaw(ctx)
+			return err
+		},
+	}
+	deniedOps := map[string]func() error{
 		"create a ConfigMap in its tenant": func() error {
 			_, err := cs.CoreV1().ConfigMaps("annex-tenant-alpha").Create(ctx, cm("annex-tenant-alpha"), metav1.CreateOptions{})
 			return err
@@ -271,8 +285,10 @@ func checkConsumerRBAC(t *testing.T, one, two *localcluster.Cluster) {
 			_, err := cs.CoreV1().Secrets("annex-tenant-alpha").List(ctx, metav1.ListOptions{})
 			return err
 		},
-	}
-	deniedOps := map[string]func() error{
+		"list the replicas in its tenant": func() error {
+			_, err := cs.Discovery().RESTClient().Get().AbsPath("/apis/core.annex.dev/v1alpha1/namespaces/annex-tenant-alpha/resourceslices").DoRaw(ctx)
+			return err
+		},
 		"list Secrets in kube-system": func() error {
 			_, err := cs.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
 			return err
@@ -324,11 +340,77 @@ func checkConsumerRBAC(t *testing.T, one, two *localcluster.Cluster) {
 	}
 }
 
+// checkTwoWay peers beta as a consumer of alpha too: each cluster then has a
+// tenant namespace where the other writes and a peer namespace with its own
+// objects for the other, which the other's credential cannot reach. Unpeering
+// that direction leaves alpha's consumption of beta as it was.
+func checkTwoWay(t *testing.T, one, two *localcluster.Cluster) {
+	ctx := context.Background()
+	c1, c2 := crClient(t, one), crClient(t, two)
+	if out, err := annexctl(t, "peer", "--kubeconfig", two.KubeconfigPath(), "--remote-kubeconfig", one.KubeconfigPath(),
+		"--cpu", "1", "--memory", "1Gi", "--pods", "5", "--no-network"); err != nil {
+		t.Fatalf("peer beta with alpha: %v\n%s", err, out)
+	}
+	for name, c := range map[string]client.Client{"alpha": c1, "beta": c2} {
+		other := map[string]string{"alpha": "beta", "beta": "alpha"}[name]
+		fc := &corev1alpha1.ForeignCluster{}
+		if err := c.Get(ctx, client.ObjectKey{Name: other}, fc); err != nil {
+			t.Fatal(err)
+		}
+		if fc.Status.Role != corev1alpha1.RoleBoth || fc.Status.TenantNamespace != "annex-tenant-"+other || fc.Status.PeerNamespace != "annex-peer-"+other {
+			t.Errorf("%s's ForeignCluster %s: role %q, tenantNamespace %q, peerNamespace %q", name, other, fc.Status.Role, fc.Status.TenantNamespace, fc.Status.PeerNamespace)
+		}
+		rs := &corev1alpha1.ResourceSlice{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "annex-peer-" + other, Name: "peering"}, rs); err != nil || rs.Status.Phase != corev1alpha1.ResourceSliceAccepted {
+			t.Errorf("%s's own ResourceSlice for %s: %v, phase %q", name, other, err, rs.Status.Phase)
+		}
+	}
+	// alpha, with its credential for beta, cannot read beta's credential for alpha.
+	secret, err := clientset(t, one).CoreV1().Secrets("annex-peer-beta").Get(ctx, corev1alpha1.CredentialsSecretName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data[corev1alpha1.CredentialsKubeconfigKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := kubernetes.NewForConfigOrDie(cfg)
+	for _, ns := range []string{"annex-peer-alpha", "annex-tenant-alpha"} {
+		if _, err := tenant.CoreV1().Secrets(ns).Get(ctx, corev1alpha1.CredentialsSecretName, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("alpha reads beta's Secret %s/%s: got %v, want Forbidden", ns, corev1alpha1.CredentialsSecretName, err)
+		}
+	}
+
+	if out, err := annexctl(t, "unpeer", "--kubeconfig", two.KubeconfigPath(), "--remote-kubeconfig", one.KubeconfigPath()); err != nil {
+		t.Fatalf("unpeer beta from alpha: %v\n%s", err, out)
+	}
+	for _, check := range []struct {
+		c        client.Client
+		who, ns  string
+		fc, role string
+	}{{c1, "alpha", "annex-tenant-beta", "beta", string(corev1alpha1.RoleProvider)}, {c2, "beta", "annex-peer-alpha", "alpha", string(corev1alpha1.RoleConsumer)}} {
+		if err := check.c.Get(ctx, client.ObjectKey{Name: check.ns}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s still has namespace %s: %v", check.who, check.ns, err)
+		}
+		fc := &corev1alpha1.ForeignCluster{}
+		if err := check.c.Get(ctx, client.ObjectKey{Name: check.fc}, fc); err != nil || string(fc.Status.Role) != check.role {
+			t.Errorf("%s's ForeignCluster %s: %v, role %q, want %s", check.who, check.fc, err, fc.Status.Role, check.role)
+		}
+	}
+	if err := c1.Get(ctx, client.ObjectKey{Namespace: "annex-peer-beta", Name: "beta"}, &corev1alpha1.VirtualNode{}); err != nil {
+		t.Errorf("alpha's VirtualNode for beta after beta stopped consuming alpha: %v", err)
+	}
+	rs := &corev1alpha1.ResourceSlice{}
+	if err := c2.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-alpha", Name: "peering"}, rs); err != nil || rs.Status.Phase != corev1alpha1.ResourceSliceAccepted {
+		t.Errorf("alpha's replica on beta after beta stopped consuming alpha: %v, phase %q", err, rs.Status.Phase)
+	}
+}
+
 // checkRenewal: the agent (run with a tiny renew fraction) replaces the token
 // and the peering stays reachable throughout.
 func checkRenewal(t *testing.T, c1 client.Client) {
 	ctx := context.Background()
-	key := client.ObjectKey{Namespace: "annex-tenant-beta", Name: corev1alpha1.CredentialsSecretName}
+	key := client.ObjectKey{Namespace: "annex-peer-beta", Name: corev1alpha1.CredentialsSecretName}
 	s := &corev1.Secret{}
 	if err := c1.Get(ctx, key, s); err != nil {
 		t.Fatal(err)
@@ -423,7 +505,8 @@ func peeringLeftovers(ctx context.Context, t *testing.T, c client.Client) []stri
 		t.Fatal(err)
 	}
 	for _, ns := range nss.Items {
-		if strings.HasPrefix(ns.Name, corev1alpha1.TenantNamespacePrefix) && ns.Name != "annex-tenant-someone-else" {
+		if (strings.HasPrefix(ns.Name, corev1alpha1.TenantNamespacePrefix) || strings.HasPrefix(ns.Name, corev1alpha1.PeerNamespacePrefix)) &&
+			ns.Name != "annex-tenant-someone-else" {
 			left = append(left, "Namespace "+ns.Name+" ("+string(ns.Status.Phase)+")")
 		}
 	}

@@ -129,7 +129,7 @@ func forcedUnpeer(t *testing.T, name string, fault func() error) {
 		if err := ca.Get(ctx, client.ObjectKey{Name: "beta"}, fc); err != nil || fc.Spec.Unreachable {
 			t.Errorf("ForeignCluster beta changed: %v, unreachable=%v", err, fc.Spec.Unreachable)
 		}
-		if err := ca.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-beta", Name: "beta"}, &corev1alpha1.VirtualNode{}); err != nil {
+		if err := ca.Get(ctx, client.ObjectKey{Namespace: "annex-peer-beta", Name: "beta"}, &corev1alpha1.VirtualNode{}); err != nil {
 			t.Errorf("VirtualNode beta gone: %v", err)
 		}
 	})
@@ -189,7 +189,7 @@ func forcedUnpeer(t *testing.T, name string, fault func() error) {
 			}
 			return nil
 		})
-		if err := ca.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-beta", Name: "beta"}, &corev1alpha1.VirtualNode{}); err == nil {
+		if err := ca.Get(ctx, client.ObjectKey{Namespace: "annex-peer-beta", Name: "beta"}, &corev1alpha1.VirtualNode{}); err == nil {
 			t.Error("a VirtualNode for beta came back on alpha")
 		}
 	})
@@ -208,11 +208,11 @@ func leftovers(ctx context.Context, t *testing.T, ca client.Client, id string) [
 			left = append(left, fmt.Sprintf("%s (finalizers %v)", what, obj.GetFinalizers()))
 		}
 	}
-	tenant, node := "annex-tenant-"+id, "annex-"+id
+	peerNS, node := "annex-peer-"+id, "annex-"+id
 	check("Node "+node, &corev1.Node{}, client.ObjectKey{Name: node})
-	check("VirtualNode", &corev1alpha1.VirtualNode{}, client.ObjectKey{Namespace: tenant, Name: id})
-	check("ResourceSlice", &corev1alpha1.ResourceSlice{}, client.ObjectKey{Namespace: tenant, Name: "peering"})
-	check("namespace "+tenant, &corev1.Namespace{}, client.ObjectKey{Name: tenant})
+	check("VirtualNode", &corev1alpha1.VirtualNode{}, client.ObjectKey{Namespace: peerNS, Name: id})
+	check("ResourceSlice", &corev1alpha1.ResourceSlice{}, client.ObjectKey{Namespace: peerNS, Name: "peering"})
+	check("namespace "+peerNS, &corev1.Namespace{}, client.ObjectKey{Name: peerNS})
 	check("ForeignCluster "+id, &corev1alpha1.ForeignCluster{}, client.ObjectKey{Name: id})
 	links := &networkingv1alpha1.NetworkConfigurationList{}
 	_ = ca.List(ctx, links, client.InNamespace(corev1alpha1.AgentNamespace))

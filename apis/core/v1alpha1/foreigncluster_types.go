@@ -90,8 +90,8 @@ const (
 type ForeignClusterSpec struct {
 	// clusterID is the ID of the remote cluster (the clusterID of its
 	// identity ConfigMap). It is a DNS-1123 label of at most 50 characters so
-	// that derived names such as "annex-tenant-<clusterID>" stay valid, and
-	// it cannot be changed.
+	// that derived names such as "annex-tenant-<clusterID>" and
+	// "annex-peer-<clusterID>" stay valid, and it cannot be changed.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=50
@@ -126,11 +126,22 @@ type ForeignClusterStatus struct {
 	// +optional
 	Role PeeringRole `json:"role,omitempty"`
 
-	// tenantNamespace is the local namespace holding the objects of this
-	// peering (ResourceSlices, VirtualNodes, credentials, reflected objects).
+	// tenantNamespace is set while the remote cluster consumes resources of
+	// this one: the local namespace ("annex-tenant-<clusterID>") where the
+	// remote cluster writes with its credential (replicas of its
+	// ResourceSlices and RemoteNamespaces, its heartbeat Lease).
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	TenantNamespace string `json:"tenantNamespace,omitempty"`
+
+	// peerNamespace is set while this cluster consumes resources of the
+	// remote one: the local namespace ("annex-peer-<clusterID>") holding this
+	// cluster's own objects for it (credentials, ResourceSlices,
+	// RemoteNamespaces, the VirtualNode), where the remote cluster has no
+	// right at all.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	PeerNamespace string `json:"peerNamespace,omitempty"`
 
 	// lastProbeTime is when the remote API server was last probed.
 	// +optional

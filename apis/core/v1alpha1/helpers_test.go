@@ -16,17 +16,17 @@ func TestNames(t *testing.T) {
 		{
 			name: "default node name",
 			vn:   VirtualNode{Spec: VirtualNodeSpec{ClusterID: "beta"}},
-			want: map[string]string{"node": "annex-beta", "tenant": "annex-tenant-beta"},
+			want: map[string]string{"node": "annex-beta", "tenant": "annex-tenant-beta", "peer": "annex-peer-beta"},
 		},
 		{
 			name: "explicit node name",
 			vn:   VirtualNode{Spec: VirtualNodeSpec{ClusterID: "beta", NodeName: "beta-gpu"}},
-			want: map[string]string{"node": "beta-gpu", "tenant": "annex-tenant-beta"},
+			want: map[string]string{"node": "beta-gpu", "tenant": "annex-tenant-beta", "peer": "annex-peer-beta"},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := map[string]string{"node": tc.vn.NodeName(), "tenant": TenantNamespaceName(tc.vn.Spec.ClusterID)}
+			got := map[string]string{"node": tc.vn.NodeName(), "tenant": TenantNamespaceName(tc.vn.Spec.ClusterID), "peer": PeerNamespaceName(tc.vn.Spec.ClusterID)}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("names (-want +got):\n%s", diff)
 			}

@@ -72,17 +72,36 @@ const (
 
 // Name prefixes of objects derived from a cluster ID.
 const (
-	// TenantNamespacePrefix prefixes the tenant namespace kept for each peer.
+	// TenantNamespacePrefix prefixes the tenant namespace a provider keeps for
+	// each of its consumers.
 	TenantNamespacePrefix = "annex-tenant-"
+
+	// PeerNamespacePrefix prefixes the namespace a consumer keeps for each of
+	// its providers.
+	PeerNamespacePrefix = "annex-peer-"
 
 	// VirtualNodeNamePrefix prefixes the default Node name of a virtual node.
 	VirtualNodeNamePrefix = "annex-"
 )
 
-// TenantNamespaceName returns the name of the tenant namespace that a cluster
-// keeps for the peer with the given cluster ID ("annex-tenant-<clusterID>").
+// TenantNamespaceName returns the name of the tenant namespace that a
+// provider keeps for the consumer with the given cluster ID
+// ("annex-tenant-<clusterID>"). It holds only what that consumer writes with
+// its credential (replicas of its ResourceSlices and RemoteNamespaces, its
+// heartbeat Lease) and the consumer's ServiceAccount with its Role: nothing
+// the provider keeps for its own use lives there.
 func TenantNamespaceName(clusterID string) string {
 	return TenantNamespacePrefix + clusterID
+}
+
+// PeerNamespaceName returns the name of the namespace that a consumer keeps
+// for the provider with the given cluster ID ("annex-peer-<clusterID>"): its
+// own objects for that provider (the credentials Secret, the VirtualNode, the
+// ResourceSlices and RemoteNamespaces to replicate there). No peer has any
+// right in it, and the replicator replicates to a provider only objects of
+// that provider's peer namespace.
+func PeerNamespaceName(clusterID string) string {
+	return PeerNamespacePrefix + clusterID
 }
 
 // VirtualNodeName returns the default Node name of the virtual node that
@@ -97,7 +116,7 @@ const (
 	// namespace for a consumer, that the consumer authenticates as; its Role
 	// and RoleBinding have the same name.
 	ConsumerServiceAccountName = "annex-consumer"
-	// CredentialsSecretName is the Secret, in a consumer's tenant namespace for
+	// CredentialsSecretName is the Secret, in a consumer's peer namespace for
 	// a provider, holding the kubeconfig the consumer uses to reach it.
 	CredentialsSecretName = "annex-credentials"
 	// CredentialsKubeconfigKey is the key of that Secret holding the kubeconfig.
@@ -107,8 +126,14 @@ const (
 	// AnnotationServiceAccount on the credentials Secret is <namespace>/<name>
 	// of the ServiceAccount on the provider whose token it holds.
 	AnnotationServiceAccount = "annex.dev/service-account"
-	// LabelTenant marks tenant namespaces.
+	// LabelTenant ("true") marks tenant namespaces (a provider's, for a
+	// consumer); they also carry LabelRemoteClusterID=<consumer>.
 	LabelTenant = "annex.dev/tenant"
+	// LabelPeer marks peer namespaces (a consumer's, for a provider); its
+	// value is the provider's cluster ID. Peer namespaces carry neither
+	// LabelTenant nor LabelRemoteClusterID, so nothing that selects tenant or
+	// remote namespaces ever matches them.
+	LabelPeer = "annex.dev/peer"
 )
 
 // Namespace offloading: what the namespaceoffloading controller writes on an
@@ -127,5 +152,6 @@ const (
 )
 
 // HeartbeatLeaseName is the Lease a consumer renews in its tenant namespace on
-// each provider; a provider removes a tenant whose consumer stopped renewing it.
+// each provider (the only Lease it may write there); a provider removes a
+// tenant whose consumer stopped renewing it.
 const HeartbeatLeaseName = "annex-consumer-heartbeat"

@@ -42,11 +42,11 @@ type RemoteNamespaceStatus struct {
 }
 
 // RemoteNamespace asks a provider for one namespace. The consumer's agent
-// creates it, named after the source namespace, in its tenant namespace for
-// the provider (annex-tenant-<provider>) from a NamespaceOffloading; the
+// creates it, named after the source namespace, in its peer namespace for
+// the provider (annex-peer-<provider>) from a NamespaceOffloading; the
 // replicator copies it into the provider's tenant namespace for the
-// consumer, where the provider's agent creates the namespace and grants the
-// consumer (and only it) access to it.
+// consumer (annex-tenant-<consumer>), where the provider's agent creates the
+// namespace and grants the consumer (and only it) access to it.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status

@@ -34,7 +34,8 @@ import (
 const VersionLabel = "annex.dev/version"
 
 // MaxClusterIDLength keeps names derived from a cluster ID (annex-tenant-<id>,
-// <namespace>-<id>, annex-<id>) within Kubernetes' 63-character limit.
+// annex-peer-<id>, <namespace>-<id>, annex-<id>) within Kubernetes'
+// 63-character limit.
 const MaxClusterIDLength = 32
 
 // Options are the settings of one install.

@@ -3,6 +3,14 @@
 // least-privilege tenant on P, a bound expiring token for C, ForeignClusters
 // on both sides, a ResourceSlice that P accepts or denies, and a VirtualNode on
 // C for what was granted.
+//
+// Names and roles are separated. On P, the tenant namespace
+// annex-tenant-<C> holds only what C writes there with its credential (and
+// C's ServiceAccount, Role and RoleBinding, which C cannot change). On C, the
+// peer namespace annex-peer-<P> holds C's own objects for P: the credentials
+// Secret, the ResourceSlice, the VirtualNode and (later) the RemoteNamespaces.
+// In a two-way peering the four namespaces are distinct, so neither cluster
+// can reach what the other keeps for itself.
 package peer
 
 import (
@@ -109,7 +117,7 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 
 	// Provider side: the tenant, its identity and its least-privilege Role.
 	tenantOnP := corev1alpha1.TenantNamespaceName(cid.ClusterID)
-	ch, err := applyAll(ctx, p.Client, tenantObjects(tenantOnP, cid.ClusterID)...)
+	ch, err := applyAll(ctx, p.Client, TenantObjects(tenantOnP, cid.ClusterID)...)
 	if err != nil {
 		return fmt.Errorf("provider %s: %w", pid.ClusterID, err)
 	}
@@ -120,20 +128,20 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 	}
 	note(ch, "provider %s: ForeignCluster %s (role Consumer)", pid.ClusterID, cid.ClusterID)
 
-	// Consumer side: tenant namespace, credentials, ForeignCluster.
-	tenantOnC := corev1alpha1.TenantNamespaceName(pid.ClusterID)
-	ch, err = applyAll(ctx, c.Client, tenantNamespace(tenantOnC, pid.ClusterID))
+	// Consumer side: peer namespace, credentials, ForeignCluster.
+	peerOnC := corev1alpha1.PeerNamespaceName(pid.ClusterID)
+	ch, err = applyAll(ctx, c.Client, PeerNamespace(peerOnC, pid.ClusterID))
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", cid.ClusterID, err)
 	}
-	note(ch, "consumer %s: tenant namespace %s", cid.ClusterID, tenantOnC)
-	ch, expiry, err := ensureCredentials(ctx, c, p, tenantOnC, tenantOnP, pid.ClusterID, o.TokenTTL)
+	note(ch, "consumer %s: peer namespace %s", cid.ClusterID, peerOnC)
+	ch, expiry, err := ensureCredentials(ctx, c, p, peerOnC, tenantOnP, pid.ClusterID, o.TokenTTL)
 	if err != nil {
 		return err
 	}
-	note(ch, "consumer %s: credentials Secret %s/%s (bound token of %s/%s, expires %s, renewed by the agent)", cid.ClusterID, tenantOnC, CredentialsSecret, tenantOnP, ConsumerServiceAccount, expiry.Format(time.RFC3339))
-	ref := &corev1alpha1.SecretReference{Namespace: tenantOnC, Name: CredentialsSecret}
-	ch, err = applyForeignCluster(ctx, c.Client, pid.ClusterID, p.Host, ref, corev1alpha1.RoleProvider, tenantOnC)
+	note(ch, "consumer %s: credentials Secret %s/%s (bound token of %s/%s, expires %s, renewed by the agent)", cid.ClusterID, peerOnC, CredentialsSecret, tenantOnP, ConsumerServiceAccount, expiry.Format(time.RFC3339))
+	ref := &corev1alpha1.SecretReference{Namespace: peerOnC, Name: CredentialsSecret}
+	ch, err = applyForeignCluster(ctx, c.Client, pid.ClusterID, p.Host, ref, corev1alpha1.RoleProvider, peerOnC)
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", cid.ClusterID, err)
 	}
@@ -143,7 +151,7 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 	want, _ := o.Resources()
 	rs := &corev1alpha1.ResourceSlice{
 		TypeMeta: metav1.TypeMeta{APIVersion: corev1alpha1.GroupVersion.String(), Kind: "ResourceSlice"},
-		ObjectMeta: metav1.ObjectMeta{Name: ResourceSliceName, Namespace: tenantOnC, Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Name: ResourceSliceName, Namespace: peerOnC, Labels: map[string]string{
 			corev1alpha1.LabelRemoteClusterID: pid.ClusterID, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}},
 		Spec: corev1alpha1.ResourceSliceSpec{ConsumerClusterID: cid.ClusterID, ProviderClusterID: pid.ClusterID, Resources: want},
 	}
@@ -151,7 +159,7 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", cid.ClusterID, err)
 	}
-	note(ch, "consumer %s: ResourceSlice %s/%s requests %s", cid.ClusterID, tenantOnC, ResourceSliceName, formatResources(want))
+	note(ch, "consumer %s: ResourceSlice %s/%s requests %s", cid.ClusterID, peerOnC, ResourceSliceName, formatResources(want))
 	s.Step("waiting for provider %s to accept the ResourceSlice (the agents replicate and decide it)...", pid.ClusterID)
 	granted, err := waitDecision(ctx, c.Client, client.ObjectKeyFromObject(rs), want)
 	if err != nil {
@@ -161,7 +169,7 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 
 	vn := &corev1alpha1.VirtualNode{
 		TypeMeta: metav1.TypeMeta{APIVersion: corev1alpha1.GroupVersion.String(), Kind: "VirtualNode"},
-		ObjectMeta: metav1.ObjectMeta{Name: pid.ClusterID, Namespace: tenantOnC, Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Name: pid.ClusterID, Namespace: peerOnC, Labels: map[string]string{
 			corev1alpha1.LabelRemoteClusterID: pid.ClusterID, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}},
 		Spec: corev1alpha1.VirtualNodeSpec{ClusterID: pid.ClusterID, Resources: granted, CredentialsSecretRef: *ref},
 	}
@@ -169,7 +177,7 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", cid.ClusterID, err)
 	}
-	note(ch, "consumer %s: VirtualNode %s/%s (Node %s)", cid.ClusterID, tenantOnC, vn.Name, vn.NodeName())
+	note(ch, "consumer %s: VirtualNode %s/%s (Node %s)", cid.ClusterID, peerOnC, vn.Name, vn.NodeName())
 
 	if o.NoNetwork {
 		s.Step("network link skipped (--no-network)")
@@ -188,7 +196,9 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 	return nil
 }
 
-func tenantNamespace(name, peerID string) *corev1.Namespace {
+// TenantNamespace is the namespace a provider keeps for consumer peerID: it
+// holds only what that consumer writes there.
+func TenantNamespace(name, peerID string) *corev1.Namespace {
 	return &corev1.Namespace{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
@@ -196,27 +206,53 @@ func tenantNamespace(name, peerID string) *corev1.Namespace {
 	}
 }
 
+// PeerNamespace is the namespace a consumer keeps for provider peerID: its
+// own objects for that provider, out of every peer's reach. It carries
+// neither the tenant label nor annex.dev/remote-cluster-id, so no policy,
+// clean-up or controller meant for tenant or remote namespaces matches it.
+func PeerNamespace(name, peerID string) *corev1.Namespace {
+	return &corev1.Namespace{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			corev1alpha1.LabelPeer: peerID, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}},
+	}
+}
+
 // ConsumerRules are everything a consumer may do in its tenant namespace on a
-// provider: what offloading needs, nothing more. Nothing is cluster-wide.
+// provider, and each rule is there because a consumer component needs it:
+//
+//   - resourceslices, remotenamespaces: the consumer's replicator gets,
+//     creates, updates and deletes its replicas (it reads the provider's
+//     answer in the object's status with the same get; it never lists or
+//     watches). Admission policy annex-tenant-namespace further requires
+//     that each one says where it comes from and names this consumer.
+//   - leases: the heartbeat creates, gets and patches its Lease, and a
+//     graceful unpeer deletes it; every verb but create is limited to that
+//     name (RBAC cannot limit create by name: the admission policy does).
+//   - serviceaccounts/token: the credentials controller renews the token of
+//     this ServiceAccount and no other.
+//
+// Nothing else: no Secrets, ConfigMaps, Services or Events here (those a
+// consumer reflects go into its remote namespaces, under ClusterRole
+// annex-remote-consumer), and nothing cluster-wide.
 func ConsumerRules() []rbacv1.PolicyRule {
-	all := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{corev1alpha1.GroupVersion.Group}, Resources: []string{"resourceslices"}, Verbs: all},
-		{APIGroups: []string{corev1alpha1.GroupVersion.Group}, Resources: []string{"resourceslices/status"}, Verbs: []string{"get"}},
-		{APIGroups: []string{"offloading.annex.dev"}, Resources: []string{"remotenamespaces"}, Verbs: all},
-		{APIGroups: []string{"offloading.annex.dev"}, Resources: []string{"remotenamespaces/status"}, Verbs: []string{"get"}},
-		{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets", "services"}, Verbs: all},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
-		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{corev1alpha1.GroupVersion.Group}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "create", "update", "delete"}},
+		{APIGroups: []string{"offloading.annex.dev"}, Resources: []string{"remotenamespaces"}, Verbs: []string{"get", "create", "update", "delete"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{corev1alpha1.HeartbeatLeaseName}, Verbs: []string{"get", "update", "patch", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{ConsumerServiceAccount}, Verbs: []string{"create"}},
 	}
 }
 
-func tenantObjects(ns, consumerID string) []client.Object {
+// TenantObjects are the provider's objects for consumer consumerID: its
+// tenant namespace ns, and there the ServiceAccount the consumer
+// authenticates as, bound to a Role of ConsumerRules.
+func TenantObjects(ns, consumerID string) []client.Object {
 	labels := map[string]string{corev1alpha1.LabelRemoteClusterID: consumerID, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}
 	meta := metav1.ObjectMeta{Name: ConsumerServiceAccount, Namespace: ns, Labels: labels}
 	return []client.Object{
-		tenantNamespace(ns, consumerID),
+		TenantNamespace(ns, consumerID),
 		&corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: meta},
 		&rbacv1.Role{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"}, ObjectMeta: meta, Rules: ConsumerRules()},
 		&rbacv1.RoleBinding{
@@ -241,14 +277,17 @@ func applyAll(ctx context.Context, c client.Client, objs ...client.Object) (bool
 }
 
 // applyForeignCluster applies a ForeignCluster and merges role into its status
-// (a cluster that is both consumer and provider of the other becomes Both).
-func applyForeignCluster(ctx context.Context, c client.Client, id, url string, ref *corev1alpha1.SecretReference, role corev1alpha1.PeeringRole, tenant string) (bool, error) {
+// (a cluster that is both consumer and provider of the other becomes Both),
+// together with the namespace of that role: tenantNamespace for a consumer,
+// peerNamespace for a provider.
+func applyForeignCluster(ctx context.Context, c client.Client, id, url string, ref *corev1alpha1.SecretReference, role corev1alpha1.PeeringRole, ns string) (bool, error) {
 	fc := &corev1alpha1.ForeignCluster{
 		TypeMeta:   metav1.TypeMeta{APIVersion: corev1alpha1.GroupVersion.String(), Kind: "ForeignCluster"},
 		ObjectMeta: metav1.ObjectMeta{Name: id, Labels: map[string]string{corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}},
 		Spec:       corev1alpha1.ForeignClusterSpec{ClusterID: id, APIServerURL: url, CredentialsSecretRef: ref},
 	}
 	existing := &corev1alpha1.ForeignCluster{}
+	merged := role
 	if err := c.Get(ctx, client.ObjectKey{Name: id}, existing); err == nil {
 		if existing.Spec.Unreachable {
 			return false, fmt.Errorf("ForeignCluster %s is marked unreachable (forcibly unpeered); run `annexctl unpeer %s --force` to finish removing it first", id, id)
@@ -259,7 +298,7 @@ func applyForeignCluster(ctx context.Context, c client.Client, id, url string, r
 			fc.Spec.CredentialsSecretRef = existing.Spec.CredentialsSecretRef
 		}
 		if existing.Status.Role != "" && existing.Status.Role != role {
-			role = corev1alpha1.RoleBoth
+			merged = corev1alpha1.RoleBoth
 		}
 	}
 	changed, err := cli.ApplyTyped(ctx, c, fc)
@@ -269,10 +308,14 @@ func applyForeignCluster(ctx context.Context, c client.Client, id, url string, r
 	if err := c.Get(ctx, client.ObjectKey{Name: id}, existing); err != nil {
 		return false, err
 	}
-	if existing.Status.Role == role && existing.Status.TenantNamespace == tenant {
+	field, current := "peerNamespace", existing.Status.PeerNamespace
+	if role == corev1alpha1.RoleConsumer {
+		field, current = "tenantNamespace", existing.Status.TenantNamespace
+	}
+	if existing.Status.Role == merged && current == ns {
 		return changed, nil
 	}
-	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"role": role, "tenantNamespace": tenant}})
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"role": merged, field: ns}})
 	if err := c.Status().Patch(ctx, existing, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return false, fmt.Errorf("set ForeignCluster %s role: %w", id, err)
 	}
@@ -282,9 +325,9 @@ func applyForeignCluster(ctx context.Context, c client.Client, id, url string, r
 // ensureCredentials gives C a kubeconfig for P with a bound token of the
 // consumer ServiceAccount. A token that still has more than half its life is
 // kept, so that a second run changes nothing.
-func ensureCredentials(ctx context.Context, c, p *cli.Cluster, tenantOnC, tenantOnP, providerID string, ttl time.Duration) (bool, time.Time, error) {
+func ensureCredentials(ctx context.Context, c, p *cli.Cluster, peerOnC, tenantOnP, providerID string, ttl time.Duration) (bool, time.Time, error) {
 	existing := &corev1.Secret{}
-	err := c.Client.Get(ctx, client.ObjectKey{Namespace: tenantOnC, Name: CredentialsSecret}, existing)
+	err := c.Client.Get(ctx, client.ObjectKey{Namespace: peerOnC, Name: CredentialsSecret}, existing)
 	if err == nil {
 		if exp, perr := time.Parse(time.RFC3339, existing.Annotations[AnnotationTokenExpiry]); perr == nil && time.Until(exp) > ttl/2 &&
 			existing.Annotations[AnnotationServiceAccount] == tenantOnP+"/"+ConsumerServiceAccount && sameServer(existing.Data[CredentialsKey], p.Host) {
@@ -311,7 +354,7 @@ func ensureCredentials(ctx context.Context, c, p *cli.Cluster, tenantOnC, tenant
 	}
 	secret := &corev1.Secret{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-		ObjectMeta: metav1.ObjectMeta{Name: CredentialsSecret, Namespace: tenantOnC,
+		ObjectMeta: metav1.ObjectMeta{Name: CredentialsSecret, Namespace: peerOnC,
 			Labels: map[string]string{corev1alpha1.LabelRemoteClusterID: providerID, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex},
 			Annotations: map[string]string{
 				AnnotationTokenExpiry:    tr.Status.ExpirationTimestamp.UTC().Format(time.RFC3339),

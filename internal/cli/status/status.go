@@ -88,7 +88,7 @@ func Collect(ctx context.Context, c *cli.Cluster) (*Report, error) {
 			return nil, err
 		}
 		vn := &corev1alpha1.VirtualNode{}
-		err := c.Client.Get(ctx, client.ObjectKey{Namespace: corev1alpha1.TenantNamespaceName(fc.Spec.ClusterID), Name: fc.Spec.ClusterID}, vn)
+		err := c.Client.Get(ctx, client.ObjectKey{Namespace: corev1alpha1.PeerNamespaceName(fc.Spec.ClusterID), Name: fc.Spec.ClusterID}, vn)
 		switch {
 		case err == nil:
 			p.Granted = quantities(vn.Spec.Resources)

@@ -77,11 +77,11 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 		s.Step("ForeignCluster %s marked unreachable: no component calls the provider again", pid)
 	}
 
-	tenant := corev1alpha1.TenantNamespaceName(pid)
+	peerNS := corev1alpha1.PeerNamespaceName(pid)
 	rm := remover{s: s, ctx: ctx}
 	// The virtual node first, so nothing new is scheduled there.
 	vn := &corev1alpha1.VirtualNode{}
-	vn.Name, vn.Namespace, vn.Spec.ClusterID = pid, tenant, pid
+	vn.Name, vn.Namespace, vn.Spec.ClusterID = pid, peerNS, pid
 	if existing := (&corev1alpha1.VirtualNode{}); c.Client.Get(ctx, client.ObjectKeyFromObject(vn), existing) == nil {
 		vn = existing
 	}
@@ -109,7 +109,7 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 		graceful, stepTimeout = false, o.Timeout
 		return rm.delete(c, obj, what, stepTimeout)
 	}
-	if err := deleteThrough(vn, "VirtualNode "+tenant+"/"+pid); err != nil {
+	if err := deleteThrough(vn, "VirtualNode "+peerNS+"/"+pid); err != nil {
 		return err
 	}
 	node := &corev1.Node{}
@@ -129,20 +129,20 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 	// agent deletes their replicas there first; marked unreachable, it only
 	// releases its finalizers.
 	rns := &offloadingv1alpha1.RemoteNamespaceList{}
-	if err := c.Client.List(ctx, rns, client.InNamespace(tenant)); err != nil {
+	if err := c.Client.List(ctx, rns, client.InNamespace(peerNS)); err != nil {
 		return err
 	}
 	for i := range rns.Items {
-		if err := deleteThrough(&rns.Items[i], "RemoteNamespace "+tenant+"/"+rns.Items[i].Name); err != nil {
+		if err := deleteThrough(&rns.Items[i], "RemoteNamespace "+peerNS+"/"+rns.Items[i].Name); err != nil {
 			return err
 		}
 	}
 	rss := &corev1alpha1.ResourceSliceList{}
-	if err := c.Client.List(ctx, rss, client.InNamespace(tenant)); err != nil {
+	if err := c.Client.List(ctx, rss, client.InNamespace(peerNS)); err != nil {
 		return err
 	}
 	for i := range rss.Items {
-		if err := deleteThrough(&rss.Items[i], "ResourceSlice "+tenant+"/"+rss.Items[i].Name); err != nil {
+		if err := deleteThrough(&rss.Items[i], "ResourceSlice "+peerNS+"/"+rss.Items[i].Name); err != nil {
 			return err
 		}
 	}
@@ -157,16 +157,16 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 	// Credentials and the rest, locally.
 	both := fc.Status.Role == corev1alpha1.RoleBoth
 	secret := &corev1.Secret{}
-	secret.Name, secret.Namespace = corev1alpha1.CredentialsSecretName, tenant
-	if err := rm.delete(c, secret, "credentials Secret "+tenant+"/"+secret.Name, o.Timeout); err != nil {
+	secret.Name, secret.Namespace = corev1alpha1.CredentialsSecretName, peerNS
+	if err := rm.delete(c, secret, "credentials Secret "+peerNS+"/"+secret.Name, o.Timeout); err != nil {
+		return err
+	}
+	ns := &corev1.Namespace{}
+	ns.Name = peerNS
+	if err := rm.delete(c, ns, "namespace "+peerNS, o.Timeout); err != nil {
 		return err
 	}
 	if !both {
-		ns := &corev1.Namespace{}
-		ns.Name = tenant
-		if err := rm.delete(c, ns, "namespace "+tenant, o.Timeout); err != nil {
-			return err
-		}
 		links := &networkingv1alpha1.NetworkConfigurationList{}
 		if err := c.Client.List(ctx, links, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil {
 			return err

@@ -1,8 +1,11 @@
 // Package unpeer owns `annexctl unpeer`: it removes a peering in which
 // consumer C uses provider P — the VirtualNode and its Node, the
 // ResourceSlice (whose replica the consumer's agent deletes on P), the remote
-// namespaces and the tenant on P, the credentials on C and the ForeignClusters
-// — and waits until nothing of it is left on either side.
+// namespaces and the tenant namespace on P, the peer namespace with the
+// credentials on C and the ForeignClusters — and waits until nothing of it is
+// left on either side. The other direction of a two-way peering lives in
+// other namespaces (P's peer namespace for C, C's tenant namespace for P) and
+// is left alone.
 package unpeer
 
 import (
@@ -37,8 +40,7 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 		return err
 	}
 	fmt.Fprintf(s.Out, "Unpeering %s (consumer) from %s (provider)\n", cid.ClusterID, pid.ClusterID)
-	tenantOnC := corev1alpha1.TenantNamespaceName(pid.ClusterID)
-	tenantOnP := corev1alpha1.TenantNamespaceName(cid.ClusterID)
+	peerOnC := corev1alpha1.PeerNamespaceName(pid.ClusterID)
 	rm := remover{s: s, ctx: ctx}
 	del := func(cl *cli.Cluster, obj client.Object, what string) error {
 		return rm.delete(cl, obj, what, o.Timeout)
@@ -46,7 +48,7 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 
 	// 1. The virtual node first, so nothing new is scheduled there.
 	vn := &corev1alpha1.VirtualNode{}
-	vn.Name, vn.Namespace, vn.Spec.ClusterID = pid.ClusterID, tenantOnC, pid.ClusterID
+	vn.Name, vn.Namespace, vn.Spec.ClusterID = pid.ClusterID, peerOnC, pid.ClusterID
 	if err := del(c, vn, fmt.Sprintf("consumer %s: VirtualNode %s/%s", cid.ClusterID, vn.Namespace, vn.Name)); err != nil {
 		return err
 	}
@@ -58,7 +60,7 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 
 	// 2. The ResourceSlice: the consumer's agent deletes its replica on P first.
 	rs := &corev1alpha1.ResourceSlice{}
-	rs.Name, rs.Namespace = peer.ResourceSliceName, tenantOnC
+	rs.Name, rs.Namespace = peer.ResourceSliceName, peerOnC
 	if err := del(c, rs, fmt.Sprintf("consumer %s: ResourceSlice %s/%s and its replica on %s", cid.ClusterID, rs.Namespace, rs.Name, pid.ClusterID)); err != nil {
 		return fmt.Errorf("%w (is the agent of %s running?)", err, cid.ClusterID)
 	}
@@ -66,7 +68,7 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 	// 2b. Remote namespaces this consumer asked for: the agent deletes their
 	// replicas (and the provider the namespaces) while the credentials still work.
 	rns := &offloadingv1alpha1.RemoteNamespaceList{}
-	if err := c.Client.List(ctx, rns, client.InNamespace(tenantOnC)); err != nil {
+	if err := c.Client.List(ctx, rns, client.InNamespace(peerOnC)); err != nil {
 		return c.Unreachable(err)
 	}
 	for i := range rns.Items {
@@ -76,7 +78,9 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 		}
 	}
 
-	// 3. Provider side: remote namespaces of this consumer, then its tenant.
+	// 3. Provider side: remote namespaces of this consumer and its tenant
+	// namespace (labelled alike); P's own peer namespace for C, should P
+	// consume C too, carries other labels and stays.
 	nss := &corev1.NamespaceList{}
 	if err := p.Client.List(ctx, nss, client.MatchingLabels{corev1alpha1.LabelRemoteClusterID: cid.ClusterID, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}); err != nil {
 		return p.Unreachable(err)
@@ -87,9 +91,6 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 	}
 	for i := range nss.Items {
 		ns := &nss.Items[i]
-		if ns.Name == tenantOnP && both {
-			continue // the other direction of the peering still uses it
-		}
 		if err := del(p, ns, fmt.Sprintf("provider %s: namespace %s", pid.ClusterID, ns.Name)); err != nil {
 			return err
 		}
@@ -98,7 +99,7 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 		return err
 	}
 
-	// 4. Consumer side: network link, credentials, tenant namespace, ForeignCluster.
+	// 4. Consumer side: network link, credentials, peer namespace, ForeignCluster.
 	cfc, both, err := foreignCluster(ctx, c, pid.ClusterID)
 	if err != nil {
 		return err
@@ -109,16 +110,14 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 		}
 	}
 	secret := &corev1.Secret{}
-	secret.Name, secret.Namespace = corev1alpha1.CredentialsSecretName, tenantOnC
+	secret.Name, secret.Namespace = corev1alpha1.CredentialsSecretName, peerOnC
 	if err := del(c, secret, fmt.Sprintf("consumer %s: credentials Secret %s/%s", cid.ClusterID, secret.Namespace, secret.Name)); err != nil {
 		return err
 	}
-	if !both {
-		ns := &corev1.Namespace{}
-		ns.Name = tenantOnC
-		if err := del(c, ns, fmt.Sprintf("consumer %s: namespace %s", cid.ClusterID, ns.Name)); err != nil {
-			return err
-		}
+	ns := &corev1.Namespace{}
+	ns.Name = peerOnC
+	if err := del(c, ns, fmt.Sprintf("consumer %s: namespace %s", cid.ClusterID, ns.Name)); err != nil {
+		return err
 	}
 	if err := dropRole(ctx, s, c, cfc, both, corev1alpha1.RoleConsumer, del, "consumer "+cid.ClusterID); err != nil {
 		return err
@@ -154,9 +153,14 @@ func dropRole(ctx context.Context, s cli.IOStreams, cl *cli.Cluster, fc *corev1a
 	return keepRole(ctx, s, cl, fc, remaining, side)
 }
 
-// keepRole keeps the ForeignCluster of a two-way peering with the role that remains.
+// keepRole keeps the ForeignCluster of a two-way peering with the role that
+// remains, and forgets the namespace of the role that went.
 func keepRole(ctx context.Context, s cli.IOStreams, cl *cli.Cluster, fc *corev1alpha1.ForeignCluster, remaining corev1alpha1.PeeringRole, side string) error {
-	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"role": remaining}})
+	gone := "peerNamespace" // we no longer consume the peer
+	if remaining == corev1alpha1.RoleProvider {
+		gone = "tenantNamespace" // the peer no longer consumes us
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"role": remaining, gone: nil}})
 	if err := cl.Client.Status().Patch(ctx, fc, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return err
 	}

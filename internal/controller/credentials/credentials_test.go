@@ -84,7 +84,7 @@ func TestReconcileTiming(t *testing.T) {
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = corev1alpha1.AddToScheme(scheme)
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: corev1alpha1.CredentialsSecretName, Namespace: "annex-tenant-beta",
+		ObjectMeta: metav1.ObjectMeta{Name: corev1alpha1.CredentialsSecretName, Namespace: "annex-peer-beta",
 			Labels:      map[string]string{corev1alpha1.LabelRemoteClusterID: "beta", corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex},
 			Annotations: map[string]string{corev1alpha1.AnnotationServiceAccount: "annex-tenant-alpha/annex-consumer"}},
 		Data: map[string][]byte{corev1alpha1.CredentialsKubeconfigKey: kubeconfig(t, jwt(t, iat, exp))},

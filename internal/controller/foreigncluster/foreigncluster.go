@@ -44,8 +44,8 @@ const (
 
 // Reconciler reconciles ForeignClusters into remote.Manager peers.
 //
-// The credentials Secrets are read cluster-wide (they live in the tenant
-// namespaces "annex-tenant-<clusterID>"). Secrets are watched as metadata
+// The credentials Secrets are read cluster-wide (`annexctl peer` puts them
+// in the peer namespaces "annex-peer-<clusterID>", where no peer has rights). Secrets are watched as metadata
 // only and read uncached, so Secret data is never cached by the agent.
 //
 // +kubebuilder:rbac:groups=core.annex.dev,resources=foreignclusters,verbs=get;list;watch

@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 }
 
 const (
-	tenantNS   = "annex-tenant-beta"
+	peerNS     = "annex-peer-beta"
 	secretName = "beta-credentials"
 )
 
@@ -86,7 +86,7 @@ func kubeconfig(t *testing.T, server string, ca []byte, token string) []byte {
 }
 
 func credentialsSecret(data map[string][]byte) *corev1.Secret {
-	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: secretName}, Data: data}
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: peerNS, Name: secretName}, Data: data}
 }
 
 func foreignCluster(mutate ...func(*corev1alpha1.ForeignCluster)) *corev1alpha1.ForeignCluster {
@@ -94,7 +94,7 @@ func foreignCluster(mutate ...func(*corev1alpha1.ForeignCluster)) *corev1alpha1.
 		ObjectMeta: metav1.ObjectMeta{Name: "beta"},
 		Spec: corev1alpha1.ForeignClusterSpec{
 			ClusterID:            "beta",
-			CredentialsSecretRef: &corev1alpha1.SecretReference{Namespace: tenantNS, Name: secretName},
+			CredentialsSecretRef: &corev1alpha1.SecretReference{Namespace: peerNS, Name: secretName},
 		},
 	}
 	for _, m := range mutate {
@@ -222,14 +222,14 @@ func TestReconcileCredentialsProblems(t *testing.T) {
 		{
 			name:    "Secret missing",
 			objs:    func(t *testing.T) []client.Object { return []client.Object{foreignCluster()} },
-			wantMsg: "Secret annex-tenant-beta/beta-credentials not found",
+			wantMsg: "Secret annex-peer-beta/beta-credentials not found",
 		},
 		{
 			name: "no kubeconfig key",
 			objs: func(t *testing.T) []client.Object {
 				return []client.Object{foreignCluster(), credentialsSecret(map[string][]byte{"token": []byte("x")})}
 			},
-			wantMsg: `Secret annex-tenant-beta/beta-credentials has no "kubeconfig" key`,
+			wantMsg: `Secret annex-peer-beta/beta-credentials has no "kubeconfig" key`,
 		},
 		{
 			name: "kubeconfig with an exec plugin",
@@ -245,7 +245,7 @@ func TestReconcileCredentialsProblems(t *testing.T) {
 				}
 				return []client.Object{foreignCluster(), credentialsSecret(map[string][]byte{KubeconfigKey: data})}
 			},
-			wantMsg: "Secret annex-tenant-beta/beta-credentials: kubeconfig refused: exec credential plugins are not allowed",
+			wantMsg: "Secret annex-peer-beta/beta-credentials: kubeconfig refused: exec credential plugins are not allowed",
 		},
 		{
 			name: "apiServerURL but no credentials",
@@ -420,8 +420,8 @@ func TestForeignClustersForSecret(t *testing.T) {
 	}
 	e := newEnv(t,
 		foreignCluster(),
-		other("gamma", tenantNS, secretName), // shares the Secret (unusual, but allowed)
-		other("delta", "annex-tenant-delta", secretName),
+		other("gamma", peerNS, secretName), // shares the Secret (unusual, but allowed)
+		other("delta", "annex-peer-delta", secretName),
 		other("epsilon", "", ""),
 	)
 	tests := []struct {
@@ -430,11 +430,11 @@ func TestForeignClustersForSecret(t *testing.T) {
 		secret    string
 		want      []reconcile.Request
 	}{
-		{name: "referenced twice", namespace: tenantNS, secret: secretName, want: []reconcile.Request{
+		{name: "referenced twice", namespace: peerNS, secret: secretName, want: []reconcile.Request{
 			{NamespacedName: types.NamespacedName{Name: "beta"}},
 			{NamespacedName: types.NamespacedName{Name: "gamma"}},
 		}},
-		{name: "same name in another namespace", namespace: "annex-tenant-delta", secret: secretName, want: []reconcile.Request{
+		{name: "same name in another namespace", namespace: "annex-peer-delta", secret: secretName, want: []reconcile.Request{
 			{NamespacedName: types.NamespacedName{Name: "delta"}},
 		}},
 		{name: "unrelated", namespace: "default", secret: "token", want: []reconcile.Request{}},

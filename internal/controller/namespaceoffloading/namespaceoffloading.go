@@ -104,7 +104,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	// Ask the selected providers; withdraw from the others.
 	for _, p := range selected {
-		rn := &offloadingv1alpha1.RemoteNamespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Namespace: corev1alpha1.TenantNamespaceName(p)}}
+		rn := &offloadingv1alpha1.RemoteNamespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Namespace: corev1alpha1.PeerNamespaceName(p)}}
 		_, err := controllerutil.CreateOrPatch(ctx, r.Client, rn, func() error {
 			if rn.Labels == nil {
 				rn.Labels = map[string]string{}
@@ -238,8 +238,9 @@ func (r *Reconciler) remoteNamespaces(ctx context.Context, ns string) ([]offload
 	}
 	var out []offloadingv1alpha1.RemoteNamespace
 	for _, rn := range list.Items {
-		// Only this cluster's requests (in its tenant namespaces for providers), not replicas of another cluster's.
-		if !replicator.IsReplica(&rn) && rn.Namespace == corev1alpha1.TenantNamespaceName(providerOf(&rn)) {
+		// Only this cluster's requests (in its peer namespaces for providers),
+		// not what a consumer of this cluster wrote into its tenant namespace.
+		if !replicator.IsReplica(&rn) && rn.Namespace == corev1alpha1.PeerNamespaceName(providerOf(&rn)) {
 			out = append(out, rn)
 		}
 	}

@@ -55,7 +55,7 @@ func TestReconcile(t *testing.T) {
 	_ = corev1alpha1.AddToScheme(s)
 	_ = offloadingv1alpha1.AddToScheme(s)
 	vn := func(id, region string) *corev1alpha1.VirtualNode {
-		return &corev1alpha1.VirtualNode{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: "annex-tenant-" + id},
+		return &corev1alpha1.VirtualNode{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: "annex-peer-" + id},
 			Spec: corev1alpha1.VirtualNodeSpec{ClusterID: id, Labels: map[string]string{"region": region}}}
 	}
 	nso := &offloadingv1alpha1.NamespaceOffloading{ObjectMeta: metav1.ObjectMeta{Name: "offloading", Namespace: "shop", Generation: 1},
@@ -64,7 +64,7 @@ func TestReconcile(t *testing.T) {
 	// A replica another consumer ("delta") made here must be left alone.
 	replica := &offloadingv1alpha1.RemoteNamespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: "annex-tenant-delta",
 		Labels:      map[string]string{corev1alpha1.LabelRemoteClusterID: "delta", corev1alpha1.LabelManagedBy: "annex", corev1alpha1.LabelSourceNamespace: "shop"},
-		Annotations: map[string]string{replicator.AnnotationOriginNamespace: "annex-tenant-alpha"}}}
+		Annotations: map[string]string{replicator.AnnotationOriginNamespace: "annex-peer-alpha"}}}
 	c := fake.NewClientBuilder().WithScheme(s).
 		WithObjects(nso, vn("beta", "eu"), vn("gamma", "us"), replica, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}).
 		WithStatusSubresource(&offloadingv1alpha1.NamespaceOffloading{}, &offloadingv1alpha1.RemoteNamespace{}).Build()
@@ -79,13 +79,13 @@ func TestReconcile(t *testing.T) {
 	reconcileOnce()
 
 	rn := &offloadingv1alpha1.RemoteNamespace{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-beta", Name: "shop"}, rn); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "annex-peer-beta", Name: "shop"}, rn); err != nil {
 		t.Fatalf("no RemoteNamespace for beta: %v", err)
 	}
 	if diff := cmp.Diff(offloadingv1alpha1.RemoteNamespaceSpec{SourceNamespace: "shop", RemoteNamespace: "shop-alpha"}, rn.Spec); diff != "" {
 		t.Errorf("spec (-want +got):\n%s", diff)
 	}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "annex-tenant-gamma", Name: "shop"}, &offloadingv1alpha1.RemoteNamespace{}); err == nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "annex-peer-gamma", Name: "shop"}, &offloadingv1alpha1.RemoteNamespace{}); err == nil {
 		t.Error("gamma does not match the selector but got a RemoteNamespace")
 	}
 	ns := &corev1.Namespace{}

@@ -1,11 +1,22 @@
 // Package replicator owns the consumer side of object replication. For one
-// configured kind per controller (today ResourceSlice), it mirrors every local
-// object labelled annex.dev/remote-cluster-id=<P> into this cluster's tenant
-// namespace on provider P ("annex-tenant-<localClusterID>"), under the same
-// name: the object's content (every top-level field except metadata and
+// configured kind per controller (ResourceSlice, RemoteNamespace), it mirrors
+// every local object labelled annex.dev/remote-cluster-id=<P> in this
+// cluster's peer namespace for P ("annex-peer-<P>") into this cluster's
+// tenant namespace on provider P ("annex-tenant-<localClusterID>"), under the
+// same name: the object's content (every top-level field except metadata and
 // status) and its labels and annotations go out, the provider's status comes
 // back into the local object's status subresource. A finalizer keeps the local
 // object until its remote copy is gone.
+//
+// The replicator acts with this cluster's credentials for P, so it
+// replicates only what this cluster itself keeps for P. Its rule (named
+// "annex-replicator" in refusals) is: an object is replicated to P only from
+// annex-peer-<P>, where no peer has any right. Objects in tenant namespaces
+// ("annex-tenant-<X>") were written by peer X and are replicas, never
+// replicated further, whatever their labels and annotations say; an object
+// elsewhere, or in the peer namespace of another cluster, that is labelled for
+// P is refused with a Warning Event (ReplicationRefused) and its remote copy,
+// if it had one, is deleted.
 //
 // The reconciler is generic: it works on unstructured objects, so replicating
 // another kind only means starting one more controller with its
@@ -24,11 +35,13 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -37,6 +50,9 @@ import (
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 )
+
+// Rule names the replicator's rule in refusals.
+const Rule = "annex-replicator"
 
 // The replicator's local RBAC (today it replicates ResourceSlices only; add
 // markers here when another kind is replicated).
@@ -88,6 +104,9 @@ type Options struct {
 	// ResyncPeriod is how often to re-read the remote status at steady state
 	// (DefaultResyncPeriod).
 	ResyncPeriod time.Duration
+	// Recorder receives the refusals (Warning ReplicationRefused on the
+	// refused object). Nil: refusals are only logged.
+	Recorder events.EventRecorder
 }
 
 // Reconciler replicates the local objects of one kind to peers.
@@ -133,8 +152,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if err := r.reader.Get(ctx, req.NamespacedName, obj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if IsReplica(obj) {
-		return ctrl.Result{}, nil
+	if IsReplica(obj) || InTenantNamespace(obj) {
+		return ctrl.Result{}, nil // a peer wrote it: never replicated, never tracked
 	}
 	target := obj.GetLabels()[corev1alpha1.LabelRemoteClusterID]
 	recorded := obj.GetAnnotations()[AnnotationReplicatedTo]
@@ -159,9 +178,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		return ctrl.Result{}, r.track(ctx, obj, "")
 	}
 
-	// The label was removed or now names another peer: delete the copy on the
-	// peer the object was replicated to first.
-	if recorded != "" && recorded != target {
+	// Rule annex-replicator: only objects of the target's peer namespace go
+	// to it.
+	allowed := target != "" && obj.GetNamespace() == corev1alpha1.PeerNamespaceName(target)
+
+	// The label was removed, now names another peer, or the object may not
+	// be replicated (any more): delete the copy on the peer the object was
+	// replicated to first.
+	if recorded != "" && (recorded != target || !allowed) {
 		log.Info("Replication target changed, deleting the previous remote copy", "previousPeer", recorded)
 		done, res, err := r.deleteRemote(ctx, recorded, obj)
 		if !done || err != nil {
@@ -172,6 +196,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		}
 	}
 	if target == "" {
+		return ctrl.Result{}, r.track(ctx, obj, "")
+	}
+	if !allowed {
+		want := corev1alpha1.PeerNamespaceName(target)
+		msg := fmt.Sprintf("%s: %s %s/%s is labelled %s=%s but only objects in namespace %s are replicated to %s; not replicated",
+			Rule, r.gvk.Kind, obj.GetNamespace(), obj.GetName(), corev1alpha1.LabelRemoteClusterID, target, want, target)
+		log.Info("Replication refused", "rule", Rule, "wantNamespace", want)
+		if r.opts.Recorder != nil {
+			r.opts.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ReplicationRefused", "Replicate", "%s", msg)
+		}
 		return ctrl.Result{}, r.track(ctx, obj, "")
 	}
 

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -26,7 +27,7 @@ import (
 const (
 	local    = "alpha"
 	peer     = "beta"
-	localNS  = "annex-tenant-beta"  // where the consumer keeps objects for beta
+	localNS  = "annex-peer-beta"    // where the consumer keeps objects for beta
 	remoteNS = "annex-tenant-alpha" // alpha's tenant namespace on beta
 	sliceNm  = "alpha"
 	pending  = 2 * time.Second
@@ -547,6 +548,7 @@ func TestRequestsForPeer(t *testing.T) {
 		mk("a", "was-beta", nil, map[string]string{AnnotationReplicatedTo: peer}),
 		mk("b", "to-gamma", map[string]string{corev1alpha1.LabelRemoteClusterID: "gamma"}, nil),
 		mk("b", "plain", nil, nil),
+		mk(corev1alpha1.TenantNamespaceName("gamma"), "tenant-wrote", map[string]string{corev1alpha1.LabelRemoteClusterID: peer}, nil),
 	).Build()
 	r := New(c, &fakeRemotes{}, local, gvk, Options{})
 	got := r.requestsForPeer(context.Background(), peer)
@@ -559,25 +561,106 @@ func TestRequestsForPeer(t *testing.T) {
 	}
 }
 
-// TestReplicaIgnored: a copy another cluster's replicator made here names its
-// origin in the remote-cluster-id label; it must never be replicated back,
-// nor get a finalizer this cluster could not release.
+// TestReplicaIgnored: whatever sits in a tenant namespace was written there
+// by that tenant; it is never replicated, nor gets a finalizer this cluster
+// could not release — with or without the origin annotation (the tenant
+// controls it), and whichever cluster its label names.
 func TestReplicaIgnored(t *testing.T) {
-	s := testScheme(t)
-	replica := remoteSlice("2", corev1alpha1.ResourceSliceStatus{})
-	replica.Namespace = localNS
-	writes := &writeCounter{}
-	lc := fake.NewClientBuilder().WithScheme(s).WithObjects(replica, fc(false)).WithInterceptorFuncs(writes.funcs()).Build()
-	remotes := &fakeRemotes{client: fake.NewClientBuilder().WithScheme(s).WithInterceptorFuncs(forbidden(t)).Build()}
-	r := New(lc, remotes, local, corev1alpha1.GroupVersion.WithKind("ResourceSlice"), Options{})
-	r.reader = lc
-	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(replica)}); err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name   string
+		mutate func(*corev1alpha1.ResourceSlice)
+	}{
+		{name: "replica naming its origin", mutate: func(*corev1alpha1.ResourceSlice) {}},
+		{name: "tenant's unannotated object labelled for a third cluster (confused deputy)", mutate: func(rs *corev1alpha1.ResourceSlice) {
+			rs.Annotations = nil
+			rs.Labels = map[string]string{corev1alpha1.LabelRemoteClusterID: peer}
+		}},
+		{name: "tenant's object carrying a finalizer and replicated-to", mutate: func(rs *corev1alpha1.ResourceSlice) {
+			rs.Annotations = map[string]string{AnnotationReplicatedTo: peer}
+			rs.Labels = map[string]string{corev1alpha1.LabelRemoteClusterID: peer}
+			rs.Finalizers = []string{Finalizer}
+		}},
 	}
-	if writes.n != 0 || remotes.calls != 0 {
-		t.Errorf("replica touched: %d local writes, %d remote client requests", writes.n, remotes.calls)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := testScheme(t)
+			replica := remoteSlice("2", corev1alpha1.ResourceSliceStatus{})
+			replica.Namespace = corev1alpha1.TenantNamespaceName("gamma") // what tenant gamma wrote here
+			tc.mutate(replica)
+			writes := &writeCounter{}
+			lc := fake.NewClientBuilder().WithScheme(s).WithObjects(replica, fc(false)).WithInterceptorFuncs(writes.funcs()).Build()
+			remotes := &fakeRemotes{client: fake.NewClientBuilder().WithScheme(s).WithInterceptorFuncs(forbidden(t)).Build()}
+			r := New(lc, remotes, local, corev1alpha1.GroupVersion.WithKind("ResourceSlice"), Options{})
+			r.reader = lc
+			if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(replica)}); err != nil {
+				t.Fatal(err)
+			}
+			if writes.n != 0 || remotes.calls != 0 {
+				t.Errorf("replica touched: %d local writes, %d remote client requests", writes.n, remotes.calls)
+			}
+			if replicated(replica) {
+				t.Error("the watch predicate selects it")
+			}
+		})
 	}
-	if replicated(replica) {
-		t.Error("the watch predicate selects replicas")
+}
+
+// TestRefused: rule annex-replicator — an object goes to a peer only from
+// that peer's peer namespace. Elsewhere it is refused with an Event naming
+// the rule, and a copy it had is deleted.
+func TestRefused(t *testing.T) {
+	tests := []struct {
+		name      string
+		namespace string
+		tracked   bool // replicated before: finalizer, replicated-to and a remote copy
+	}{
+		{name: "labelled for beta in gamma's peer namespace", namespace: corev1alpha1.PeerNamespaceName("gamma")},
+		{name: "labelled for beta in an ordinary namespace", namespace: "default"},
+		{name: "replicated before from an ordinary namespace: copy deleted", namespace: "default", tracked: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := testScheme(t)
+			obj := localSlice("4", tc.tracked, corev1alpha1.ResourceSliceStatus{})
+			obj.Namespace = tc.namespace
+			lc := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&corev1alpha1.ResourceSlice{}).WithObjects(obj, fc(false)).Build()
+			var rc client.Client = fake.NewClientBuilder().WithScheme(s).WithInterceptorFuncs(forbidden(t)).Build()
+			remoteBase := rc
+			if tc.tracked {
+				copy := remoteSlice("4", corev1alpha1.ResourceSliceStatus{})
+				copy.Annotations[AnnotationOriginNamespace] = tc.namespace
+				remoteBase = fake.NewClientBuilder().WithScheme(s).WithObjects(copy).Build()
+				rc = remoteBase
+			}
+			rec := events.NewFakeRecorder(4)
+			r := New(lc, &fakeRemotes{client: rc}, local, gvk, Options{Recorder: rec})
+			got, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(obj)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(ctrl.Result{}, got); diff != "" {
+				t.Errorf("result (-want +got):\n%s", diff)
+			}
+			after := get(t, lc, tc.namespace)
+			if len(after.Finalizers) != 0 || after.Annotations[AnnotationReplicatedTo] != "" {
+				t.Errorf("refused object still tracked: finalizers %v, annotations %v", after.Finalizers, after.Annotations)
+			}
+			if tc.tracked {
+				if rs := get(t, remoteBase, remoteNS); rs != nil {
+					t.Errorf("the copy made before is still on beta: %+v", rs)
+				}
+			}
+			want := "Warning ReplicationRefused annex-replicator: ResourceSlice " + tc.namespace + "/" + sliceNm +
+				" is labelled annex.dev/remote-cluster-id=beta but only objects in namespace annex-peer-beta are replicated to beta; not replicated"
+			select {
+			case e := <-rec.Events:
+				if e != want {
+					t.Errorf("event = %q, want %q", e, want)
+				}
+			default:
+				t.Error("no event")
+			}
+		})
 	}
 }

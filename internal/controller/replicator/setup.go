@@ -45,9 +45,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // replicated selects the local objects the replicator acts on: those asked to
-// be replicated and those it still holds a finalizer on.
+// be replicated and those it still holds a finalizer on, never what a peer
+// wrote here.
 func replicated(o client.Object) bool {
-	if IsReplica(o) {
+	if IsReplica(o) || InTenantNamespace(o) {
 		return false
 	}
 	_, ok := o.GetLabels()[corev1alpha1.LabelRemoteClusterID]
@@ -65,6 +66,9 @@ func (r *Reconciler) requestsForPeer(ctx context.Context, peer string) []reconci
 	}
 	var reqs []reconcile.Request
 	for _, o := range list.Items {
+		if IsReplica(&o) || InTenantNamespace(&o) {
+			continue
+		}
 		if o.GetLabels()[corev1alpha1.LabelRemoteClusterID] == peer || o.GetAnnotations()[AnnotationReplicatedTo] == peer {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}})
 		}
@@ -73,9 +77,21 @@ func (r *Reconciler) requestsForPeer(ctx context.Context, peer string) []reconci
 }
 
 // IsReplica reports whether o is a copy another cluster's replicator made
-// here. Its remote-cluster-id label names its origin, not a target: it is
-// never replicated further.
+// here: it names its origin namespace (annex.dev/origin-namespace). Its
+// remote-cluster-id label names its origin, not a target. This is what the
+// object says about itself, which its writer controls: it is no trust
+// boundary. The replicator never acts on an object of a tenant namespace
+// (InTenantNamespace), annotated or not, and admission policy
+// annex-tenant-namespace makes every object a tenant writes carry the
+// annotation.
 func IsReplica(o client.Object) bool {
 	_, ok := o.GetAnnotations()[AnnotationOriginNamespace]
 	return ok
+}
+
+// InTenantNamespace reports whether o lives in a tenant namespace
+// ("annex-tenant-<peer>"), where a peer writes with its credential: nothing
+// there is this cluster's own, whatever its labels and annotations say.
+func InTenantNamespace(o client.Object) bool {
+	return strings.HasPrefix(o.GetNamespace(), corev1alpha1.TenantNamespacePrefix)
 }

@@ -4,7 +4,10 @@
 // remote namespaces with all their workloads, its tenant namespace with its
 // credentials and RBAC, its ForeignCluster and the network link with it
 // (NetworkConfiguration) — so nothing offloaded runs forever after its
-// consumer forgot it.
+// consumer forgot it. When this cluster also consumes that peer (a two-way
+// peering), only the tenant goes: this cluster's own objects for the peer
+// live in another namespace (annex-peer-<peer>), and the ForeignCluster and
+// the network link stay, with role Provider.
 package tenantgc
 
 import (
@@ -40,6 +43,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=core.annex.dev,resources=foreignclusters,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=core.annex.dev,resources=foreignclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=networking.annex.dev,resources=networkconfigurations,verbs=get;list;watch;delete
 
 // Reconcile checks one tenant namespace.
@@ -59,7 +63,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fcErr
 	}
 	if fcErr == nil && fc.Status.Role == corev1alpha1.RoleProvider {
-		return ctrl.Result{}, nil // our side of a peering where we consume: not a tenant
+		// We only consume that peer: it has no tenant here. (Clusters peered
+		// before peer namespaces existed kept their own objects for a
+		// provider in a namespace labelled like this one: never touch it.)
+		return ctrl.Result{}, nil
 	}
 	last := ns.CreationTimestamp.Time
 	lease := &coordinationv1.Lease{}
@@ -82,12 +89,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	both := fcErr == nil && fc.Status.Role == corev1alpha1.RoleBoth
+	// The remote namespaces and the tenant namespace ns itself (labelled
+	// alike; our own peer namespace for that cluster is labelled otherwise).
 	for i := range nss.Items {
-		n := &nss.Items[i]
-		if n.Name == ns.Name && both {
-			continue // still our namespace for the other direction of the peering
-		}
-		if err := r.Client.Delete(ctx, n); client.IgnoreNotFound(err) != nil {
+		if err := r.Client.Delete(ctx, &nss.Items[i]); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -97,12 +102,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	msg := fmt.Sprintf("consumer %s has not renewed its heartbeat for %s (grace period %s): removed its tenant, %d namespace(s) and the network link", consumer, silent, r.GracePeriod, len(nss.Items))
+	if both {
+		msg = fmt.Sprintf("consumer %s has not renewed its heartbeat for %s (grace period %s): removed its tenant and %d namespace(s); it stays a provider of this cluster", consumer, silent, r.GracePeriod, len(nss.Items))
+	}
 	if fcErr == nil {
 		r.Recorder.Eventf(fc, nil, corev1.EventTypeWarning, "TenantRemoved", "RemoveTenant", msg)
-		if !both {
-			if err := r.Client.Delete(ctx, fc); client.IgnoreNotFound(err) != nil {
+		if both {
+			patch := client.MergeFrom(fc.DeepCopy())
+			fc.Status.Role, fc.Status.TenantNamespace = corev1alpha1.RoleProvider, ""
+			if err := r.Client.Status().Patch(ctx, fc, patch); client.IgnoreNotFound(err) != nil {
 				return ctrl.Result{}, err
 			}
+		} else if err := r.Client.Delete(ctx, fc); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, err
 		}
 	} else {
 		r.Recorder.Eventf(ns, nil, corev1.EventTypeWarning, "TenantRemoved", "RemoveTenant", msg)

@@ -37,6 +37,9 @@ func TestReconcile(t *testing.T) {
 		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l, CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))}}
 	}
 	tenant := managed("annex-tenant-alpha", map[string]string{corev1alpha1.LabelTenant: "true"})
+	// What this cluster keeps for alpha when it consumes alpha too.
+	peerNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "annex-peer-alpha", Labels: map[string]string{
+		corev1alpha1.LabelPeer: "alpha", corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}}}
 	remoteNS := managed("shop-alpha", nil)
 	other := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop-delta", Labels: map[string]string{corev1alpha1.LabelRemoteClusterID: "delta", corev1alpha1.LabelManagedBy: "annex"}}}
 	lease := func(ago time.Duration) *coordinationv1.Lease {
@@ -50,7 +53,8 @@ func TestReconcile(t *testing.T) {
 		name        string
 		objs        []client.Object
 		wantNS      []string
-		wantFC      bool // and the NetworkConfiguration with alpha
+		wantFC      bool                     // and the NetworkConfiguration with alpha
+		wantRole    corev1alpha1.PeeringRole // of the ForeignCluster kept, when set
 		wantRequeue time.Duration
 	}{
 		{name: "heartbeat fresh", objs: []client.Object{lease(time.Minute), fc(corev1alpha1.RoleConsumer)},
@@ -61,15 +65,16 @@ func TestReconcile(t *testing.T) {
 			wantNS: []string{"shop-delta"}},
 		{name: "we consume them: not a tenant", objs: []client.Object{fc(corev1alpha1.RoleProvider)},
 			wantNS: []string{"annex-tenant-alpha", "shop-alpha", "shop-delta"}, wantFC: true},
-		{name: "both ways: tenant namespace and ForeignCluster stay", objs: []client.Object{lease(grace + time.Minute), fc(corev1alpha1.RoleBoth)},
-			wantNS: []string{"annex-tenant-alpha", "shop-delta"}, wantFC: true},
+		{name: "both ways: the tenant goes, our peer namespace, the ForeignCluster (now Provider) and the link stay",
+			objs:   []client.Object{lease(grace + time.Minute), fc(corev1alpha1.RoleBoth), peerNS.DeepCopy()},
+			wantNS: []string{"annex-peer-alpha", "shop-delta"}, wantFC: true, wantRole: corev1alpha1.RoleProvider},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			link := func(peer string) *networkingv1alpha1.NetworkConfiguration {
 				return &networkingv1alpha1.NetworkConfiguration{ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.AgentNamespace, Name: peer},
 					Spec: networkingv1alpha1.NetworkConfigurationSpec{RemoteClusterID: peer}}
 			}
-			c := fake.NewClientBuilder().WithScheme(s).WithObjects(append(tc.objs, tenant.DeepCopy(), remoteNS.DeepCopy(), other.DeepCopy(), link("alpha"), link("delta"))...).Build()
+			c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&corev1alpha1.ForeignCluster{}).WithObjects(append(tc.objs, tenant.DeepCopy(), remoteNS.DeepCopy(), other.DeepCopy(), link("alpha"), link("delta"))...).Build()
 			r := &Reconciler{Client: c, Recorder: events.NewFakeRecorder(10), Clock: clocktesting.NewFakePassiveClock(now), GracePeriod: grace}
 			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: tenant.Name}})
 			if err != nil {
@@ -88,9 +93,13 @@ func TestReconcile(t *testing.T) {
 			if diff := cmp.Diff(tc.wantNS, got); diff != "" {
 				t.Errorf("namespaces (-want +got):\n%s", diff)
 			}
-			err = c.Get(context.Background(), client.ObjectKey{Name: "alpha"}, &corev1alpha1.ForeignCluster{})
+			kept := &corev1alpha1.ForeignCluster{}
+			err = c.Get(context.Background(), client.ObjectKey{Name: "alpha"}, kept)
 			if (err == nil) != tc.wantFC {
 				t.Errorf("ForeignCluster exists = %v, want %v", err == nil, tc.wantFC)
+			}
+			if tc.wantRole != "" && kept.Status.Role != tc.wantRole {
+				t.Errorf("ForeignCluster role = %q, want %q", kept.Status.Role, tc.wantRole)
 			}
 			err = c.Get(context.Background(), client.ObjectKey{Namespace: corev1alpha1.AgentNamespace, Name: "alpha"}, &networkingv1alpha1.NetworkConfiguration{})
 			if (err == nil) != tc.wantFC {
