@@ -159,6 +159,7 @@ func run() error {
 		vnOpts.KubeletPort = kubeletOpts.Port
 	}
 	netView := netview.New(mgr.GetClient())
+	netView.SetLocalRanges(parsePrefixes(id.PodCIDR, id.ServiceCIDR, id.ExternalCIDR)...)
 	vnOpts.PodIPTranslator = netView.PodIP
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&foreigncluster.Reconciler{Client: mgr.GetClient(), Remote: remotes},
@@ -243,4 +244,16 @@ func readIdentity(c client.Reader, log logr.Logger) (identity.Identity, error) {
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// parsePrefixes returns the CIDRs of ss that parse, skipping empty and
+// invalid ones.
+func parsePrefixes(ss ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }

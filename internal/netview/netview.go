@@ -5,7 +5,7 @@
 //
 //   - PodIP translates the IP of a pod running on a provider into this
 //     cluster's view of that provider's pod network (the IP the consumer's
-//     pod shows);
+//     pod shows), and refuses an IP outside that network;
 //   - Translate expresses an endpoint of a consumer EndpointSlice so that a
 //     provider P can route to it: consumer-local pods through P's mapping of
 //     the consumer's pod CIDR, pods on P itself dropped, pods on another
@@ -33,6 +33,7 @@ package netview
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -50,7 +51,8 @@ import (
 
 // View translates addresses across this cluster's network links.
 type View struct {
-	reader client.Reader
+	reader      client.Reader
+	localRanges []netip.Prefix
 }
 
 // New returns a View reading from reader (the manager's cache).
@@ -72,28 +74,69 @@ func (v *View) link(ctx context.Context, clusterID string) (*networkingv1alpha1.
 	return nil, nil
 }
 
-// PodIP translates ip, a pod IP in provider's own network, into this
-// cluster's view. It returns ip unchanged when there is no link with
-// provider, the provider's pod CIDR is not remapped, or ip is not in it
-// (for example a host-network pod's node IP).
-func (v *View) PodIP(provider, ip string) string {
+// PodIP translates ip, a pod IP provider reports in its own network, into
+// this cluster's view, or says why it must not be published (it implements
+// podreflector.PodIPTranslator):
+//
+//   - with a network link, ip must be in the provider's pod CIDR
+//     (spec.remote.podCIDR) and is translated into this cluster's view of it
+//     (status.remappedRemote.podCIDR when remapped): an address a pod of the
+//     provider cannot have is refused. Until the link says how it maps the
+//     provider's pod CIDR (status.remappedRemote unset) no address is
+//     published: a late address is better than a wrong one (the virtual
+//     node writes the pods' status again when the NetworkConfiguration
+//     changes);
+//   - without one (peered with --no-network) the provider declared no pod
+//     CIDR and ip is published as it is, unless it lies in one of this
+//     cluster's own ranges (SetLocalRanges: its pod, service and external
+//     CIDRs), where it would name a local pod or Service.
+func (v *View) PodIP(provider, ip string) (string, error) {
 	addr, err := netip.ParseAddr(ip)
 	if err != nil {
-		return ip
+		return "", errors.New("is not an IP address")
 	}
 	nc, err := v.link(context.Background(), provider)
-	if err != nil || nc == nil || nc.Status.RemappedRemote == nil {
-		return ip
+	if err != nil {
+		return "", fmt.Errorf("cannot be checked: reading the network link with %s: %w", provider, err)
+	}
+	if nc == nil {
+		for _, p := range v.localRanges {
+			if p.Contains(addr) {
+				return "", fmt.Errorf("is in this cluster's own range %s and there is no network link with %s", p, provider)
+			}
+		}
+		return addr.String(), nil
+	}
+	if nc.Status.RemappedRemote == nil {
+		return "", fmt.Errorf("cannot be checked yet: the network link with %s does not say how this cluster sees its pod CIDR %s", provider, nc.Spec.Remote.PodCIDR)
 	}
 	m, err := network.ParseMapping(nc.Spec.Remote.PodCIDR, nc.Status.RemappedRemote.PodCIDR)
-	if err != nil || !m.Original.Contains(addr) {
-		return ip
+	if err != nil {
+		return "", fmt.Errorf("cannot be checked: the network link with %s: %w", provider, err)
+	}
+	if !m.Original.Contains(addr) {
+		if m.IsRemapped() {
+			return "", fmt.Errorf("is outside the pod CIDR %s of %s (seen here as %s)", m.Original, provider, m.Remapped)
+		}
+		return "", fmt.Errorf("is outside the pod CIDR %s of %s", m.Original, provider)
 	}
 	out, err := m.ToLocal(addr)
 	if err != nil {
-		return ip
+		return "", fmt.Errorf("cannot be translated into the view of %s's pod CIDR %s: %w", provider, m.View(), err)
 	}
-	return out.String()
+	return out.String(), nil
+}
+
+// SetLocalRanges sets this cluster's own address ranges (pod, service and
+// external CIDRs, from its identity): PodIP refuses them for a provider
+// without a network link. Call it before the View is used.
+func (v *View) SetLocalRanges(ranges ...netip.Prefix) {
+	v.localRanges = nil
+	for _, p := range ranges {
+		if p.IsValid() {
+			v.localRanges = append(v.localRanges, p.Masked())
+		}
+	}
 }
 
 // VirtualNodes maps the name of each provider's virtual node to the

@@ -2,6 +2,8 @@ package netview
 
 import (
 	"context"
+	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -67,20 +69,41 @@ func pod(name, transit string) *corev1.Pod {
 }
 
 func TestPodIP(t *testing.T) {
-	v := world(t)
+	pending := &networkingv1alpha1.NetworkConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.AgentNamespace, Name: "epsilon"},
+		Spec: networkingv1alpha1.NetworkConfigurationSpec{RemoteClusterID: "epsilon",
+			Local:  networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.200.0.0/16", ExternalCIDR: "10.70.0.0/16"},
+			Remote: networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.202.0.0/16", ExternalCIDR: "10.72.0.0/16"}},
+	}
+	v := world(t, pending)
+	v.SetLocalRanges(netip.MustParsePrefix("10.200.0.0/16"), netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("10.70.0.0/16"))
 	tests := []struct {
-		provider, ip, want string
+		name, provider, ip string
+		want               string // "" when refused
+		wantErr            string
 	}{
-		{"gamma", "10.200.3.4", "100.64.3.4"},
-		{"gamma", "192.168.0.1", "192.168.0.1"}, // not a pod IP: unchanged
-		{"beta", "10.201.3.4", "10.201.3.4"},    // not remapped
-		{"delta", "10.200.3.4", "10.200.3.4"},   // no link
-		{"gamma", "not-an-ip", "not-an-ip"},
+		{"remapped", "gamma", "10.200.3.4", "100.64.3.4", ""},
+		{"outside the remapped pod CIDR", "gamma", "192.168.0.1", "", "is outside the pod CIDR 10.200.0.0/16 of gamma (seen here as 100.64.0.0/16)"},
+		{"already in this cluster's view: not the provider's own", "gamma", "100.64.3.4", "", "is outside the pod CIDR 10.200.0.0/16 of gamma"},
+		{"not remapped", "beta", "10.201.3.4", "10.201.3.4", ""},
+		{"outside the pod CIDR", "beta", "10.200.3.4", "", "is outside the pod CIDR 10.201.0.0/16 of beta"},
+		{"the link does not say how it maps yet", "epsilon", "10.202.0.1", "", "cannot be checked yet: the network link with epsilon does not say how this cluster sees its pod CIDR 10.202.0.0/16"},
+		{"no link", "delta", "10.210.3.4", "10.210.3.4", ""},
+		{"no link, in the local pod CIDR", "delta", "10.200.3.4", "", "is in this cluster's own range 10.200.0.0/16 and there is no network link with delta"},
+		{"no link, in the local service CIDR", "delta", "10.96.0.1", "", "is in this cluster's own range 10.96.0.0/12"},
+		{"not an IP", "gamma", "not-an-ip", "", "is not an IP address"},
 	}
 	for _, tc := range tests {
-		if got := v.PodIP(tc.provider, tc.ip); got != tc.want {
-			t.Errorf("PodIP(%s, %s) = %s, want %s", tc.provider, tc.ip, got, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := v.PodIP(tc.provider, tc.ip)
+			gotErr := ""
+			if err != nil {
+				gotErr = err.Error()
+			}
+			if got != tc.want || !strings.HasPrefix(gotErr, tc.wantErr) || (tc.wantErr == "") != (err == nil) {
+				t.Errorf("PodIP(%s, %s) = %q, %q; want %q, %q", tc.provider, tc.ip, got, gotErr, tc.want, tc.wantErr)
+			}
+		})
 	}
 }
 

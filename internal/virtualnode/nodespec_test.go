@@ -145,7 +145,7 @@ func TestOptions(t *testing.T) {
 	if err := bad.Validate(); err == nil {
 		t.Error("invalid options accepted")
 	}
-	if d := (Options{}).withDefaults(); d.NodeIP != "127.0.0.1" || d.PodIPTranslator == nil || d.PodIPTranslator("beta", "1.2.3.4") != "1.2.3.4" {
+	if d := (Options{}).withDefaults(); d.NodeIP != "127.0.0.1" || d.PodIPTranslator == nil || mustIP(d.PodIPTranslator("beta", "1.2.3.4")) != "1.2.3.4" {
 		t.Errorf("defaults: %+v", d)
 	}
 }
@@ -211,4 +211,11 @@ func TestReconcilerLookups(t *testing.T) {
 			t.Errorf("foreignClusterState(%s) = %v, %v, %v", tt.id, p, down, err)
 		}
 	}
+}
+
+func mustIP(ip string, err error) string {
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return ip
 }

@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/virtualnode/podreflector"
 )
@@ -129,7 +130,58 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 				return r.virtualNodesFor(ctx, fc.Name)
 			}))).
 		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*corev1alpha1.VirtualNode]{})).
+		Watches(&networkingv1alpha1.NetworkConfiguration{}, r.networkConfigurationHandler(),
+			builder.WithPredicates(podCIDRViewChanged())).
 		Complete(r)
+}
+
+// networkConfigurationHandler writes again the status of every pod on the
+// virtual nodes of a NetworkConfiguration's remote cluster: which pod IPs
+// are published, and how, depends on its view of the provider's pod CIDR
+// (see netview.View.PodIP). It queues no reconcile.
+func (r *Reconciler) networkConfigurationHandler() handler.EventHandler {
+	resync := func(o client.Object) {
+		nc, ok := o.(*networkingv1alpha1.NetworkConfiguration)
+		if !ok {
+			return
+		}
+		r.mu.Lock()
+		var nodes []*virtualNode
+		for _, n := range r.nodes {
+			if n.clusterID == nc.Spec.RemoteClusterID {
+				nodes = append(nodes, n)
+			}
+		}
+		r.mu.Unlock()
+		for _, n := range nodes {
+			n.reflector.ResyncStatus()
+		}
+	}
+	type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+	return handler.Funcs{
+		CreateFunc:  func(_ context.Context, e event.CreateEvent, _ queue) { resync(e.Object) },
+		UpdateFunc:  func(_ context.Context, e event.UpdateEvent, _ queue) { resync(e.ObjectNew) },
+		DeleteFunc:  func(_ context.Context, e event.DeleteEvent, _ queue) { resync(e.Object) },
+		GenericFunc: func(_ context.Context, e event.GenericEvent, _ queue) { resync(e.Object) },
+	}
+}
+
+// podCIDRViewChanged passes the NetworkConfiguration events that can change
+// how a provider's pod IPs look here: creations, deletions, and updates of
+// the remote pod CIDR, its remapping or the deletion timestamp.
+func podCIDRViewChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*networkingv1alpha1.NetworkConfiguration)
+			n, ok2 := e.ObjectNew.(*networkingv1alpha1.NetworkConfiguration)
+			if !ok1 || !ok2 {
+				return false
+			}
+			return o.Spec.RemoteClusterID != n.Spec.RemoteClusterID || o.Spec.Remote.PodCIDR != n.Spec.Remote.PodCIDR ||
+				!equality.Semantic.DeepEqual(o.Status.RemappedRemote, n.Status.RemappedRemote) ||
+				o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
+		},
+	}
 }
 
 // run is the runnable hosting the virtual nodes: they live as long as it.

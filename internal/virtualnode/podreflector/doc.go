@@ -33,6 +33,17 @@
 // status from the reachability at write time and writes it with the
 // resourceVersion it was computed from.
 //
+// # Distrust of the provider
+//
+// A provider runs the pod; it decides nothing else here. Its status is
+// checked and bounded before it reaches the local pod (statuscheck.go): pod
+// IPs only inside its pod CIDR in this cluster's view, only the kubelet's
+// conditions, container statuses only of the spec's containers, bounded
+// strings and times. What is refused is reported as a Warning Event on the
+// pod, once per distinct problem. The only change made to an existing
+// ShadowPod is a patch of its podLabels and podAnnotations; one the
+// provider refuses as invalid is not sent again.
+//
 // # The provider's view
 //
 // ShadowPods are watched with one client-go informer per remote namespace

@@ -93,6 +93,11 @@ type Reflector struct {
 	pending          map[string]pendingCreate
 	deps             seenDependencies // ConfigMaps and Secrets seen on the provider
 	seen             map[string]seenShadow
+	// reported are the problems of each pod's provider status already
+	// recorded as Events; refusedPatch the metadata patch the provider
+	// refused last for each pod (not sent again).
+	reported     map[string]*reportedProblems
+	refusedPatch map[string]refusedPatch
 
 	// listWatch builds the ShadowPod list-watch of a remote namespace;
 	// nil means restListWatch. Tests replace it.
@@ -149,11 +154,13 @@ func New(cfg Config) *Reflector {
 		cfg:        cfg,
 		paramCodec: runtime.NewParameterCodec(cfg.Scheme),
 		// Status writes only talk to the local API server: retry fast.
-		statusQ:    newQueue("", 10*time.Millisecond, 10*time.Second),
-		remoteQ:    newQueue("", 100*time.Millisecond, 30*time.Second),
-		namespaces: map[string]string{},
-		pending:    map[string]pendingCreate{},
-		seen:       map[string]seenShadow{},
+		statusQ:      newQueue("", 10*time.Millisecond, 10*time.Second),
+		remoteQ:      newQueue("", 100*time.Millisecond, 30*time.Second),
+		namespaces:   map[string]string{},
+		pending:      map[string]pendingCreate{},
+		seen:         map[string]seenShadow{},
+		reported:     map[string]*reportedProblems{},
+		refusedPatch: map[string]refusedPatch{},
 	}
 }
 
@@ -249,6 +256,20 @@ func (r *Reflector) enqueueAllPods() {
 	}
 	for _, p := range pods {
 		r.remoteQ.Add(podKey(p.Namespace, p.Name))
+	}
+}
+
+// ResyncStatus queues the status of every pod of the node: something the
+// translation depends on (the network link's view of the provider's pod
+// CIDR) changed.
+func (r *Reflector) ResyncStatus() {
+	pods, err := r.cfg.Pods.List(everything)
+	if err != nil {
+		r.cfg.Log.Error(err, "Cannot list the node's pods")
+		return
+	}
+	for _, p := range pods {
+		r.statusQ.Add(podKey(p.Namespace, p.Name))
 	}
 }
 
@@ -367,12 +388,6 @@ func (r *Reflector) seenFor(key string, uid types.UID) (seenShadow, bool) {
 	return s, true
 }
 
-func (r *Reflector) forgetSeen(key string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.seen, key)
-}
-
 func (r *Reflector) pendingFor(key string, uid types.UID) (pendingCreate, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -381,6 +396,92 @@ func (r *Reflector) pendingFor(key string, uid types.UID) (pendingCreate, bool) 
 		return pendingCreate{}, false
 	}
 	return p, true
+}
+
+// maxReportedProblems bounds the distinct problems recorded as Events per
+// pod: a provider that makes up a new one on every status change costs at
+// most that many Events per pod.
+const maxReportedProblems = 16
+
+// reportedProblems are the problems recorded for the pod with uid.
+type reportedProblems struct {
+	uid  types.UID
+	keys map[string]struct{}
+	full bool
+}
+
+// reportProblems records a Warning Event on pod (key) for each problem of
+// its provider status not recorded before, up to maxReportedProblems.
+func (r *Reflector) reportProblems(key string, pod *corev1.Pod, problems []StatusProblem) {
+	if len(problems) == 0 {
+		return
+	}
+	var fresh []StatusProblem
+	full := false
+	r.mu.Lock()
+	m := r.reported[key]
+	if m == nil || m.uid != pod.UID {
+		m = &reportedProblems{uid: pod.UID, keys: map[string]struct{}{}}
+		r.reported[key] = m
+	}
+	for _, p := range problems {
+		if _, ok := m.keys[p.key()]; ok || m.full {
+			continue
+		}
+		if len(m.keys) == maxReportedProblems {
+			m.full, full = true, true
+			break
+		}
+		m.keys[p.key()] = struct{}{}
+		fresh = append(fresh, p)
+	}
+	r.mu.Unlock()
+	for _, p := range fresh {
+		r.cfg.Log.Info("Refused part of the provider's pod status", "pod", key, "problem", p.String())
+		r.event(pod, corev1.EventTypeWarning, ReasonProviderStatusRefused, "ReflectStatus",
+			"%s: provider %s: %s", RuleProviderStatus, r.cfg.ProviderID, p)
+	}
+	if full {
+		r.event(pod, corev1.EventTypeWarning, ReasonProviderStatusRefused, "ReflectStatus",
+			"%s: provider %s: more than %d problems in the pod's status: the rest are not reported",
+			RuleProviderStatus, r.cfg.ProviderID, maxReportedProblems)
+	}
+}
+
+// refusedPatch is a metadata patch of a pod's ShadowPod that the provider
+// refused.
+type refusedPatch struct {
+	uid  types.UID
+	data string
+}
+
+// patchRefused says whether the provider already refused data for pod key
+// with uid.
+func (r *Reflector) patchRefused(key string, uid types.UID, data string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.refusedPatch[key]
+	return ok && p.uid == uid && p.data == data
+}
+
+func (r *Reflector) setPatchRefused(key string, uid types.UID, data string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if data == "" {
+		delete(r.refusedPatch, key)
+		return
+	}
+	r.refusedPatch[key] = refusedPatch{uid: uid, data: data}
+}
+
+// forgetPod drops what the reflector remembers of the pod with key (it is
+// gone).
+func (r *Reflector) forgetPod(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.seen, key)
+	delete(r.reported, key)
+	delete(r.refusedPatch, key)
 }
 
 // event records an Event on a local pod.

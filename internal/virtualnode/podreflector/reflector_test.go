@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -65,8 +66,37 @@ type env struct {
 	creates atomic.Int32 // ShadowPod creations
 	calls   atomic.Int32 // every remote call
 	spGets  atomic.Int32 // remote reads of a ShadowPod (the test's own included)
-	// createErr, when set, is returned by ShadowPod creations.
+	// createErr, when set, is returned by ShadowPod creations; patchErr
+	// by patches.
 	createErr atomic.Pointer[error]
+	patchErr  atomic.Pointer[error]
+	patches   atomic.Int32
+	events    *eventLog
+}
+
+// eventLog records the Events of a Reflector.
+type eventLog struct {
+	mu     sync.Mutex
+	events []string // "<type> <reason> <note>"
+}
+
+func (l *eventLog) Eventf(_ runtime.Object, _ runtime.Object, eventtype, reason, _ string, note string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, eventtype+" "+reason+" "+fmt.Sprintf(note, args...))
+}
+
+// with returns the Events with reason.
+func (l *eventLog) with(reason string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, e := range l.events {
+		if strings.HasPrefix(e, corev1.EventTypeWarning+" "+reason+" ") || strings.HasPrefix(e, corev1.EventTypeNormal+" "+reason+" ") {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func testScheme(t *testing.T) *runtime.Scheme {
@@ -121,18 +151,23 @@ func newEnv(t *testing.T, pods []*corev1.Pod, spods ...*offloadingv1alpha1.Shado
 			},
 			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 				e.calls.Add(1)
+				e.patches.Add(1)
+				if p := e.patchErr.Load(); p != nil {
+					return *p
+				}
 				return c.Patch(ctx, obj, patch, opts...)
 			},
 		}).Build()
 
 	e.remotes = &fakeRemotes{c: e.remote}
+	e.events = &eventLog{}
 	factory := informers.NewSharedInformerFactory(e.local, 0)
 	podInf := factory.Core().V1().Pods()
 	inf := podInf.Informer()
 	e.r = New(Config{
 		NodeName: "annex-beta", NodeIP: "127.0.0.1", ProviderID: "beta", LocalClusterID: "alpha",
 		Local: e.local, Pods: podInf.Lister(), PodsSynced: inf.HasSynced,
-		Remotes: e.remotes, Scheme: scheme, Workers: 2,
+		Remotes: e.remotes, Scheme: scheme, Workers: 2, Recorder: e.events,
 		Log: testr.NewWithOptions(t, testr.Options{Verbosity: 1}),
 	})
 	e.r.listWatch = func(_ rest.Interface, ns string) cache.ListerWatcher {
@@ -645,4 +680,114 @@ func TestNamespaceNoLongerOffloaded(t *testing.T) {
 	if p, _ := e.pod("web"); p.ResourceVersion != rv {
 		t.Errorf("pod rewritten after the marking (resourceVersion %s -> %s)", rv, p.ResourceVersion)
 	}
+}
+
+// A provider that reports garbage gets one Event per distinct problem, not
+// one per status write, and the garbage never reaches the local pod.
+func TestStatusProblemsReportedOnce(t *testing.T) {
+	e := newEnv(t, []*corev1.Pod{localPod("web", "uid-web")})
+	e.r.SetReachability(Reachable)
+	e.eventually("ShadowPod created", func() error { _, err := e.shadow("web"); return err })
+
+	bad := runningStatus("not-an-ip")
+	bad.Conditions = append(bad.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue},
+		corev1.PodCondition{Type: "example.com/gate", Status: corev1.ConditionTrue})
+	e.setShadowStatus("web", bad)
+	e.waitReady("web", corev1.ConditionTrue, false)
+	for i := range int32(3) { // three more status writes with the same problems
+		bad.ContainerStatuses[0].RestartCount = 2 + i
+		e.setShadowStatus("web", bad)
+		e.eventually("restart count written", func() error {
+			p, _ := e.pod("web")
+			if got := p.Status.ContainerStatuses[0].RestartCount; got != 2+i {
+				return fmt.Errorf("restartCount %d", got)
+			}
+			return nil
+		})
+	}
+	p, _ := e.pod("web")
+	if p.Status.PodIP != "" || len(p.Status.PodIPs) != 0 {
+		t.Errorf("published pod IP %q %v", p.Status.PodIP, p.Status.PodIPs)
+	}
+	if c := getPodCondition(&p.Status, "example.com/gate"); c != nil {
+		t.Errorf("took the provider's condition %+v", c)
+	}
+	want := []string{
+		`Warning ProviderStatusRefused annex-provider-status: provider beta: status.podIP "not-an-ip" is not an IP address: not published`,
+		`Warning ProviderStatusRefused annex-provider-status: provider beta: status.conditions[3].type "example.com/gate" is not a kubelet condition: the local pod's own is kept`,
+	}
+	if diff := cmp.Diff(want, e.events.with(ReasonProviderStatusRefused)); diff != "" {
+		t.Errorf("Events (-want +got):\n%s", diff)
+	}
+
+	// Another bad value is another Event.
+	bad.PodIP, bad.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}}
+	e.setShadowStatus("web", bad)
+	e.eventually("a third Event", func() error {
+		if n := len(e.events.with(ReasonProviderStatusRefused)); n != 3 {
+			return fmt.Errorf("%d Events", n)
+		}
+		return nil
+	})
+}
+
+// Labels the provider refuses (HTTP 422) are not sent again until they
+// change: no loop of refused patches.
+func TestRefusedMetadataNotRetried(t *testing.T) {
+	e := newEnv(t, []*corev1.Pod{localPod("web", "uid-web")})
+	e.r.SetReachability(Reachable)
+	e.eventually("ShadowPod created", func() error { _, err := e.shadow("web"); return err })
+	e.setShadowStatus("web", runningStatus("10.246.0.9"))
+	e.waitReady("web", corev1.ConditionTrue, false)
+
+	refused := apierrors.NewInvalid(schema.GroupKind{Group: "offloading.annex.dev", Kind: "ShadowPod"}, "web",
+		field.ErrorList{field.Forbidden(field.NewPath("spec", "podLabels"), "annex-tenant-shadowpod: spec.podLabels may not name the node")})
+	var errRefused error = refused
+	e.patchErr.Store(&errRefused)
+	p, _ := e.pod("web")
+	p.Labels["kubernetes.io/hostname"] = "provider-node-1"
+	if _, err := e.local.CoreV1().Pods("demo").Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("patch refused", func() error {
+		if len(e.events.with("MetadataRefused")) == 0 {
+			return errors.New("no MetadataRefused Event")
+		}
+		return nil
+	})
+	n := e.patches.Load()
+	// More pod events (status writes) must not send the refused patch again.
+	st := runningStatus("10.246.0.9")
+	st.ContainerStatuses[0].RestartCount = 5
+	e.setShadowStatus("web", st)
+	e.eventually("status written", func() error {
+		p, _ := e.pod("web")
+		if p.Status.ContainerStatuses[0].RestartCount != 5 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	time.Sleep(300 * time.Millisecond)
+	if got := e.patches.Load(); got != n {
+		t.Errorf("%d patches after the refusal, want %d: the refused patch was sent again", got, n)
+	}
+	if got := len(e.events.with("MetadataRefused")); got != 1 {
+		t.Errorf("%d MetadataRefused Events, want 1", got)
+	}
+
+	// A new change is sent.
+	e.patchErr.Store(nil)
+	p, _ = e.pod("web")
+	delete(p.Labels, "kubernetes.io/hostname")
+	p.Labels["tier"] = "front"
+	if _, err := e.local.CoreV1().Pods("demo").Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("labels pushed", func() error {
+		sp, _ := e.shadow("web")
+		if sp.Spec.PodLabels["tier"] != "front" {
+			return fmt.Errorf("podLabels %v", sp.Spec.PodLabels)
+		}
+		return nil
+	})
 }

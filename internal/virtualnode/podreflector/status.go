@@ -44,6 +44,14 @@ func (r *Reflector) syncStatus(ctx context.Context, key string) error {
 			return nil
 		case apierrors.IsNotFound(err):
 			return nil
+		case apierrors.IsInvalid(err):
+			// The status computed from the provider's is one the API
+			// server refuses: retrying cannot help until either changes
+			// (their events queue the pod again).
+			r.cfg.Log.Info("The local API server refused the pod status computed from the provider's", "pod", key, "error", err.Error())
+			r.reportProblems(key, pod, []StatusProblem{{Field: "local pod status",
+				Why: "computed from it is refused by this cluster's API server: " + clip(err.Error(), 512)}})
+			return nil
 		case !apierrors.IsConflict(err) || attempt >= statusConflictRetries:
 			return err
 		}
@@ -152,7 +160,9 @@ func (r *Reflector) desiredReachable(key string, pod, out *corev1.Pod, sc Status
 		return true // a terminal status never changes again; only the label goes
 	}
 	if sp != nil && OriginUID(sp) == string(pod.UID) {
-		out.Status = TranslateStatus(pod, sp, sc)
+		var problems []StatusProblem
+		out.Status, problems = TranslateStatus(pod, sp, sc)
+		r.reportProblems(key, pod, problems)
 		return true
 	}
 	// No ShadowPod (yet) for this pod.

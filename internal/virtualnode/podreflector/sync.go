@@ -24,7 +24,7 @@ func (r *Reflector) syncRemote(ctx context.Context, key string) error {
 	switch {
 	case apierrors.IsNotFound(err):
 		r.clearPending(key)
-		r.forgetSeen(key)
+		r.forgetPod(key)
 		return r.syncGone(ns, name)
 	case err != nil:
 		return err
@@ -299,7 +299,10 @@ func (r *Reflector) create(ctx context.Context, c client.Client, key string, pod
 }
 
 // pushMetadata brings the ShadowPod's podLabels and podAnnotations in line
-// with the local pod's.
+// with the local pod's. It is the only change the reflector makes to an
+// existing ShadowPod: spec.pod is written once, at creation (the provider
+// refuses changes to it), and a ShadowPod of another pod is deleted and
+// created again, never updated.
 func (r *Reflector) pushMetadata(ctx context.Context, c client.Client, sp *offloadingv1alpha1.ShadowPod, pod *corev1.Pod) error {
 	spec := map[string]any{}
 	if d := mapDiff(sp.Spec.PodLabels, FilterPodLabels(pod.Labels)); d != nil {
@@ -315,12 +318,30 @@ func (r *Reflector) pushMetadata(ctx context.Context, c client.Client, sp *offlo
 	if err != nil {
 		return err
 	}
+	key := podKey(pod.Namespace, pod.Name)
+	if r.patchRefused(key, pod.UID, string(data)) {
+		return nil // refused already; a change of the pod's metadata makes another patch
+	}
 	target := &offloadingv1alpha1.ShadowPod{}
 	target.Namespace, target.Name = sp.Namespace, sp.Name
-	if err := c.Patch(ctx, target, client.RawPatch(types.MergePatchType, data), client.FieldOwner(FieldManager)); err != nil && !apierrors.IsNotFound(err) {
+	err = c.Patch(ctx, target, client.RawPatch(types.MergePatchType, data), client.FieldOwner(FieldManager))
+	switch {
+	case err == nil || apierrors.IsNotFound(err):
+		r.setPatchRefused(key, pod.UID, "")
+		return nil
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		// The provider's admission refuses these labels or annotations
+		// (HTTP 422): sending them again cannot help. The ShadowPod keeps
+		// its metadata until the local pod's change again.
+		r.setPatchRefused(key, pod.UID, string(data))
+		r.cfg.Log.Info("The provider refused the pod's labels or annotations", "pod", key, "error", err.Error())
+		r.event(pod, corev1.EventTypeWarning, "MetadataRefused", "Update",
+			"provider %s refused the pod's new labels or annotations (they are not sent again until they change): %s",
+			r.cfg.ProviderID, clip(err.Error(), 768))
+		return nil
+	default:
 		return err
 	}
-	return nil
 }
 
 // mapDiff returns the JSON merge patch turning from into to (removed keys

@@ -44,18 +44,21 @@ const (
 	ReasonReadinessGatesNotReady = "ReadinessGatesNotReady"
 )
 
-// PodIPTranslator maps a pod IP in the network of provider providerID into
-// this cluster's view of it. IdentityIPTranslator is used until the network
-// package provides remappings.
-type PodIPTranslator func(providerID, ip string) string
+// PodIPTranslator maps pod IP ip, which provider providerID reports in
+// its own network, into this cluster's view of it. It returns an error,
+// saying why, for an address that must not be published here (outside the
+// provider's pod CIDR, ...). ip is always a valid, canonical unicast
+// address. internal/netview's View.PodIP is the agent's;
+// IdentityIPTranslator is the default.
+type PodIPTranslator func(providerID, ip string) (string, error)
 
 // IdentityIPTranslator returns ip unchanged.
-func IdentityIPTranslator(_, ip string) string { return ip }
+func IdentityIPTranslator(_, ip string) (string, error) { return ip, nil }
 
-// kubeletConditions are the pod conditions a kubelet owns: the local pod
-// takes them from the provider's pod, and drops them when the provider's pod
-// has none. PodScheduled is not among them: locally the pod was scheduled by
-// the local scheduler.
+// kubeletConditions are the pod conditions a kubelet owns, the only ones
+// the local pod takes from the provider's pod; it drops them when the
+// provider's pod has none. PodScheduled is not among them: locally the pod
+// was scheduled by the local scheduler.
 var kubeletConditions = []corev1.PodConditionType{
 	corev1.PodInitialized,
 	corev1.ContainersReady,
@@ -71,70 +74,60 @@ type StatusContext struct {
 	NodeIP string
 	// IPs translates pod IPs; nil means IdentityIPTranslator.
 	IPs PodIPTranslator
-	// Now stamps condition transitions (second precision).
+	// Now stamps condition transitions (second precision); times the
+	// provider reports more than maxClockSkew after it are refused. Zero
+	// skips that check.
 	Now metav1.Time
 }
 
 // TranslateStatus returns the status of local given its ShadowPod sp on the
-// provider: phase, reason, message, container statuses (restart counts,
-// states), start time and the kubelet's conditions come from the provider's
-// pod; pod IPs are translated; hostIP is the virtual node's address. The
-// conditions nobody on the provider owns (PodScheduled, DisruptionTarget,
-// readiness gates, ...) and the QoS class are kept from local. Ready is
-// False while a readiness gate of local is not True.
-func TranslateStatus(local *corev1.Pod, sp *offloadingv1alpha1.ShadowPod, sc StatusContext) corev1.PodStatus {
+// provider, and what it refused of the provider's status (see
+// statuscheck.go for the rules): phase, reason, message, container statuses
+// (restart counts, states), start time and the kubelet's conditions come
+// from the provider's pod, checked and bounded; pod IPs are translated and
+// only published inside the provider's pod CIDR; hostIP is the virtual
+// node's address. The conditions nobody on the provider owns (PodScheduled,
+// DisruptionTarget, readiness gates, ...) and the QoS class are kept from
+// local, whatever the provider says about them. Ready is False while a
+// readiness gate of local is not True.
+func TranslateStatus(local *corev1.Pod, sp *offloadingv1alpha1.ShadowPod, sc StatusContext) (corev1.PodStatus, []StatusProblem) {
 	ips := sc.IPs
 	if ips == nil {
 		ips = IdentityIPTranslator
 	}
+	check := &statusCheck{now: sc.Now.Time}
 	remote := &sp.Status
 	out := *local.Status.DeepCopy()
 
-	out.Phase = remote.Phase
-	if out.Phase == "" {
-		out.Phase = corev1.PodPending
-	}
-	out.Reason = remote.Reason
-	out.Message = remote.Message
+	out.Phase = check.phase(remote.Phase, local.Status.Phase)
+	out.Reason = check.reason("status.reason", remote.Reason)
+	out.Message = check.message("status.message", remote.Message)
 	if sc.NodeIP != "" {
 		out.HostIP = sc.NodeIP
 		out.HostIPs = []corev1.HostIP{{IP: sc.NodeIP}}
 	}
 	out.PodIP = ""
-	out.PodIPs = nil
-	if remote.PodIP != "" {
-		out.PodIP = ips(sc.ProviderID, remote.PodIP)
-	}
-	for _, ip := range remote.PodIPs {
-		if t := ips(sc.ProviderID, ip.IP); t != "" {
-			out.PodIPs = append(out.PodIPs, corev1.PodIP{IP: t})
-		}
-	}
-	if out.PodIP == "" && len(out.PodIPs) > 0 {
+	out.PodIPs = check.podIPs(sc.ProviderID, remote.PodIP, remote.PodIPs, ips)
+	if len(out.PodIPs) > 0 {
 		out.PodIP = out.PodIPs[0].IP
 	}
-	if len(out.PodIPs) == 0 && out.PodIP != "" {
-		out.PodIPs = []corev1.PodIP{{IP: out.PodIP}}
-	}
 	if remote.StartTime != nil {
-		out.StartTime = remote.StartTime.DeepCopy()
-	}
-	out.InitContainerStatuses = deepCopyStatuses(remote.InitContainerStatuses)
-	out.ContainerStatuses = deepCopyStatuses(remote.ContainerStatuses)
-
-	// Conditions: the provider's (but PodScheduled), then the local ones
-	// nobody on the provider owns.
-	var conds []corev1.PodCondition
-	remoteTypes := map[corev1.PodConditionType]bool{}
-	for _, c := range remote.Conditions {
-		if c.Type == corev1.PodScheduled || c.Type == ConditionOffloaded {
-			continue
+		if t, ok := check.time("status.startTime", *remote.StartTime); ok {
+			out.StartTime = &t
+		} else if out.StartTime == nil {
+			out.StartTime = &metav1.Time{Time: sc.Now.Time}
 		}
-		remoteTypes[c.Type] = true
-		conds = append(conds, *c.DeepCopy())
 	}
+	out.InitContainerStatuses = check.containerStatuses("status.initContainerStatuses", remote.InitContainerStatuses,
+		local.Spec.InitContainers, local.Status.InitContainerStatuses, local.Spec.RestartPolicy, true)
+	out.ContainerStatuses = check.containerStatuses("status.containerStatuses", remote.ContainerStatuses,
+		local.Spec.Containers, local.Status.ContainerStatuses, local.Spec.RestartPolicy, false)
+
+	// Conditions: the provider's kubelet conditions, then the local ones
+	// but the kubelet's.
+	conds := check.conditions(remote.Conditions)
 	for _, c := range local.Status.Conditions {
-		if remoteTypes[c.Type] || isKubeletCondition(c.Type) || c.Type == ConditionOffloaded {
+		if isKubeletCondition(c.Type) || c.Type == ConditionOffloaded {
 			continue
 		}
 		conds = append(conds, *c.DeepCopy())
@@ -155,7 +148,7 @@ func TranslateStatus(local *corev1.Pod, sp *offloadingv1alpha1.ShadowPod, sc Sta
 			Message: fmt.Sprintf("the pod runs on provider %s but its readiness gate %q is not True", sc.ProviderID, gate),
 		}, sc.Now)
 	}
-	return out
+	return out, check.result()
 }
 
 // unreadyGate returns the first readiness gate of pod whose condition is not
@@ -180,17 +173,6 @@ func isKubeletCondition(t corev1.PodConditionType) bool {
 		}
 	}
 	return false
-}
-
-func deepCopyStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
-	if in == nil {
-		return nil
-	}
-	out := make([]corev1.ContainerStatus, len(in))
-	for i := range in {
-		in[i].DeepCopyInto(&out[i])
-	}
-	return out
 }
 
 func getPodCondition(s *corev1.PodStatus, t corev1.PodConditionType) *corev1.PodCondition {
@@ -225,7 +207,9 @@ func setPodCondition(s *corev1.PodStatus, prev *corev1.PodStatus, c corev1.PodCo
 // podFromShadow is the pod virtual-kubelet's GetPod sees for a ShadowPod:
 // its metadata as the provider runs them, in the local namespace, with the
 // local pod's UID, and the spec the informers keep of it (trimShadowPod:
-// not the containers).
+// not the containers, so its status has no container statuses). Nothing
+// of it is written to the local pod: virtual-kubelet only compares it with
+// the local pod (and then calls UpdatePod, which queues the pod).
 func podFromShadow(sp *offloadingv1alpha1.ShadowPod, localNamespace string, sc StatusContext) *corev1.Pod {
 	pod := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
@@ -238,7 +222,7 @@ func podFromShadow(sp *offloadingv1alpha1.ShadowPod, localNamespace string, sc S
 		},
 		Spec: *sp.Spec.Pod.DeepCopy(),
 	}
-	pod.Status = TranslateStatus(pod, sp, sc)
+	pod.Status, _ = TranslateStatus(pod, sp, sc)
 	return pod
 }
 

@@ -48,7 +48,7 @@ func TestTranslateStatus(t *testing.T) {
 		ContainerStatuses: []corev1.ContainerStatus{running},
 	}
 	localScheduled := cond(corev1.PodScheduled, corev1.ConditionTrue, "", t0)
-	translator := func(provider, ip string) string { return provider + ":" + ip }
+	translator := remapTranslator(t)
 
 	tests := []struct {
 		name  string
@@ -65,14 +65,14 @@ func TestTranslateStatus(t *testing.T) {
 			HostIPs: []corev1.HostIP{{IP: "127.0.0.1"}}, Conditions: []corev1.PodCondition{localScheduled, offloaded(now)}},
 	}, {
 		name: "running: phase, IPs, start time, restarts and conditions come from the provider",
-		local: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, QOSClass: corev1.PodQOSBestEffort,
+		local: corev1.Pod{Spec: podSpec("c"), Status: corev1.PodStatus{Phase: corev1.PodPending, QOSClass: corev1.PodQOSBestEffort,
 			Conditions: []corev1.PodCondition{localScheduled, offloaded(t0),
 				{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI"}}}},
 		sp:  shadow(remoteRunning),
 		ips: translator,
 		want: corev1.PodStatus{
 			Phase: corev1.PodRunning, QOSClass: corev1.PodQOSBestEffort, HostIP: "127.0.0.1", HostIPs: []corev1.HostIP{{IP: "127.0.0.1"}},
-			PodIP: "beta:10.246.0.7", PodIPs: []corev1.PodIP{{IP: "beta:10.246.0.7"}}, StartTime: &t0,
+			PodIP: "100.64.0.7", PodIPs: []corev1.PodIP{{IP: "100.64.0.7"}}, StartTime: &t0,
 			ContainerStatuses: []corev1.ContainerStatus{running},
 			Conditions: []corev1.PodCondition{
 				cond(corev1.PodInitialized, corev1.ConditionTrue, "", t0),
@@ -102,7 +102,10 @@ func TestTranslateStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			local := tt.local.DeepCopy()
-			got := TranslateStatus(local, tt.sp, StatusContext{ProviderID: "beta", NodeIP: "127.0.0.1", IPs: tt.ips, Now: now})
+			got, problems := TranslateStatus(local, tt.sp, StatusContext{ProviderID: "beta", NodeIP: "127.0.0.1", IPs: tt.ips, Now: now})
+			if len(problems) > 0 {
+				t.Errorf("TranslateStatus found problems in an honest status: %v", problems)
+			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("TranslateStatus (-want +got):\n%s", diff)
 			}
@@ -120,12 +123,12 @@ func TestTranslateStatusReadinessGates(t *testing.T) {
 	local := &corev1.Pod{Spec: corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: gate}}}}
 	sc := StatusContext{ProviderID: "beta", Now: now}
 
-	got := TranslateStatus(local, sp, sc)
+	got, _ := TranslateStatus(local, sp, sc)
 	if c := getPodCondition(&got, corev1.PodReady); c == nil || c.Status != corev1.ConditionFalse || c.Reason != ReasonReadinessGatesNotReady {
 		t.Fatalf("gate not set: Ready %+v", c)
 	}
 	local.Status.Conditions = []corev1.PodCondition{{Type: gate, Status: corev1.ConditionTrue}}
-	got = TranslateStatus(local, sp, sc)
+	got, _ = TranslateStatus(local, sp, sc)
 	if c := getPodCondition(&got, corev1.PodReady); c == nil || c.Status != corev1.ConditionTrue {
 		t.Fatalf("gate True: Ready %+v", c)
 	}
