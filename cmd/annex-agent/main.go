@@ -58,6 +58,7 @@ func run() error {
 	remoteOpts := remote.DefaultOptions()
 	var sliceOpts resourceslice.Options
 	var shadowPodOpts shadowpod.Options
+	remoteNSOpts := remotenamespace.DefaultOptions()
 	var endpointOpts shadowendpointslice.Options
 	vnOpts := virtualnode.DefaultOptions()
 	kubeletOpts := kubeletserver.DefaultOptions()
@@ -75,6 +76,7 @@ func run() error {
 	remoteOpts.BindFlags(fs)
 	sliceOpts.BindFlags(fs)
 	shadowPodOpts.BindFlags(fs)
+	remoteNSOpts.BindFlags(fs)
 	endpointOpts.BindFlags(fs)
 	vnOpts.BindFlags(fs)
 	kubeletOpts.BindFlags(fs)
@@ -105,6 +107,13 @@ func run() error {
 	}
 	if err := gatewayOpts.Validate(); err != nil {
 		return err
+	}
+	if err := remoteNSOpts.Validate(shadowPodOpts.AllowPrivileged); err != nil {
+		return err
+	}
+	if shadowPodOpts.AllowPrivileged && remoteNSOpts.PodSecurity != remotenamespace.PodSecurityPrivileged {
+		log.Info("--allow-privileged-shadowpods is set but remote namespaces enforce a stricter Pod Security level: the pods only the privileged level admits are refused by the API server (set --tenant-pod-security=privileged to run them)",
+			"tenantPodSecurity", remoteNSOpts.PodSecurity)
 	}
 	if heartbeatInterval <= 0 || tenantGrace <= 2*heartbeatInterval {
 		return fmt.Errorf("--tenant-grace-period (%s) must be more than twice --consumer-heartbeat-interval (%s)", tenantGrace, heartbeatInterval)
@@ -156,6 +165,7 @@ func run() error {
 		vnOpts.KubeletPort = kubeletOpts.Port
 	}
 	netView := netview.New(mgr.GetClient())
+	remoteNSOpts.Reader = mgr.GetAPIReader()
 	vnOpts.PodIPTranslator = netView.PodIP
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&foreigncluster.Reconciler{Client: mgr.GetClient(), Remote: remotes},
@@ -165,7 +175,7 @@ func run() error {
 		replicator.New(mgr.GetClient(), remotes, id.ClusterID, offloadingv1alpha1.GroupVersion.WithKind("RemoteNamespace"), replicator.Options{}),
 		&namespaceoffloading.Reconciler{Client: mgr.GetClient(), LocalClusterID: id.ClusterID},
 		reflection.New(mgr.GetClient(), remotes, id.ClusterID, reflection.Options{Translator: netView}),
-		remotenamespace.New(mgr.GetClient(), mgr.GetEventRecorder("annex-remotenamespace"), remotenamespace.Options{}),
+		remotenamespace.New(mgr.GetClient(), mgr.GetEventRecorder("annex-remotenamespace"), remoteNSOpts),
 		shadowpod.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowpod"), shadowPodOpts),
 		shadowendpointslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowendpointslice"), endpointOpts),
 		virtualnode.NewReconciler(mgr, remotes, id.ClusterID, vnOpts),
