@@ -185,8 +185,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		log.V(1).Info("Not a tenant namespace of this consumer, ignoring", "namespace", rn.Namespace)
 		return ctrl.Result{}, nil
 	}
-	if err := r.ensureQuota(ctx, rn.Namespace, consumer, r.opts.TenantObjectQuota); err != nil {
-		return ctrl.Result{}, err
+	if tenant.DeletionTimestamp.IsZero() {
+		if err := r.ensureQuota(ctx, rn.Namespace, consumer, r.opts.TenantObjectQuota); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	if msg := ValidateRequest(rn.Spec.SourceNamespace, rn.Spec.RemoteNamespace, consumer); msg != "" {
 		return ctrl.Result{}, r.setStatus(ctx, rn, offloadingv1alpha1.RemoteNamespaceFailed, offloadingv1alpha1.ReasonForbidden, msg)
