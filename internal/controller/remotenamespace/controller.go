@@ -28,7 +28,8 @@
 //     API server refuses pods beyond that level whoever creates them;
 //   - the ResourceQuota "annex-tenant-quota" of object counts
 //     (--tenant-object-quota; the consumer is granted access only once the
-//     cluster's quota controller has counted it);
+//     cluster's quota controller has counted it, and a quota it counted in
+//     part, not knowing Annex's kinds yet, is created again: see recount);
 //   - the LimitRange "annex-tenant-defaults" of default container requests
 //     (--tenant-default-requests; no default limits).
 //
@@ -51,7 +52,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -112,6 +115,10 @@ const (
 	// LimitRangeName is the LimitRange of default container requests kept
 	// in every remote namespace.
 	LimitRangeName = "annex-tenant-defaults"
+
+	// RecountAfter is the age from which a ResourceQuota the quota
+	// controller counted in part is created again (see recount).
+	RecountAfter = 5 * time.Second
 
 	// indexRemoteNamespace indexes RemoteNamespaces by spec.remoteNamespace.
 	indexRemoteNamespace = "spec.remoteNamespace"
@@ -185,8 +192,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		log.V(1).Info("Not a tenant namespace of this consumer, ignoring", "namespace", rn.Namespace)
 		return ctrl.Result{}, nil
 	}
+	// recheck is how soon a quota counted in part is looked at again.
+	var recheck time.Duration
 	if tenant.DeletionTimestamp.IsZero() {
-		if err := r.ensureQuota(ctx, rn.Namespace, consumer, r.opts.TenantObjectQuota); err != nil {
+		q, err := r.ensureQuota(ctx, rn.Namespace, consumer, r.opts.TenantObjectQuota)
+		if err == nil {
+			recheck, err = r.recount(ctx, q)
+		}
+		if err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -238,13 +251,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		}
 	}
 
-	if err := r.ensureQuota(ctx, ns.Name, consumer, r.opts.ObjectQuota); err != nil {
+	q, err := r.ensureQuota(ctx, ns.Name, consumer, r.opts.ObjectQuota)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if again, err := r.recount(ctx, q); err != nil {
+		return ctrl.Result{}, err
+	} else if again > 0 && (recheck == 0 || again < recheck) {
+		recheck = again
 	}
 	if err := r.ensureLimitRange(ctx, ns.Name, consumer); err != nil {
 		return ctrl.Result{}, err
 	}
-	if wait, err := r.awaitQuota(ctx, ns.Name); err != nil || wait {
+	if wait, err := r.awaitQuota(ctx, q); err != nil || wait {
 		if err == nil {
 			err = r.setStatus(ctx, rn, offloadingv1alpha1.RemoteNamespacePending, offloadingv1alpha1.ReasonPending,
 				fmt.Sprintf("namespace %s is created; waiting for the cluster to count its ResourceQuota %s before the consumer may write there", ns.Name, QuotaName))
@@ -261,7 +280,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		}
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.setStatus(ctx, rn, offloadingv1alpha1.RemoteNamespaceReady, offloadingv1alpha1.ReasonReconciled,
+	return ctrl.Result{RequeueAfter: recheck}, r.setStatus(ctx, rn, offloadingv1alpha1.RemoteNamespaceReady, offloadingv1alpha1.ReasonReconciled,
 		fmt.Sprintf("namespace %s is ready for consumer %s", ns.Name, consumer))
 }
 
@@ -336,14 +355,14 @@ func (r *Reconciler) ensureNamespaceLabels(ctx context.Context, ns *corev1.Names
 }
 
 // ensureQuota creates or corrects the ResourceQuota QuotaName in ns with
-// the object counts hard.
-func (r *Reconciler) ensureQuota(ctx context.Context, ns, consumer string, hard corev1.ResourceList) error {
+// the object counts hard, and returns it as it is now.
+func (r *Reconciler) ensureQuota(ctx context.Context, ns, consumer string, hard corev1.ResourceList) (*corev1.ResourceQuota, error) {
 	want := &corev1.ResourceQuota{
 		ObjectMeta: metav1.ObjectMeta{Name: QuotaName, Namespace: ns, Labels: managedLabels(consumer)},
 		Spec:       corev1.ResourceQuotaSpec{Hard: hard.DeepCopy()},
 	}
 	got := &corev1.ResourceQuota{}
-	return r.ensure(ctx, "ResourceQuota", want, got, func() bool {
+	created, err := r.ensure(ctx, "ResourceQuota", want, got, func() bool {
 		if apiequality.Semantic.DeepEqual(got.Spec, want.Spec) && hasLabels(got.Labels, want.Labels) {
 			return false
 		}
@@ -351,6 +370,10 @@ func (r *Reconciler) ensureQuota(ctx context.Context, ns, consumer string, hard 
 		got.Labels = withLabels(got.Labels, want.Labels)
 		return true
 	})
+	if created {
+		return want, err
+	}
+	return got, err
 }
 
 // ensureLimitRange creates or corrects the LimitRange LimitRangeName in ns
@@ -378,7 +401,7 @@ func (r *Reconciler) ensureLimitRange(ctx context.Context, ns, consumer string) 
 		}
 		return nil
 	}
-	return r.ensure(ctx, "LimitRange", want, got, func() bool {
+	_, err := r.ensure(ctx, "LimitRange", want, got, func() bool {
 		if apiequality.Semantic.DeepEqual(got.Spec, want.Spec) && hasLabels(got.Labels, want.Labels) {
 			return false
 		}
@@ -386,11 +409,13 @@ func (r *Reconciler) ensureLimitRange(ctx context.Context, ns, consumer string) 
 		got.Labels = withLabels(got.Labels, want.Labels)
 		return true
 	})
+	return err
 }
 
-// ensure creates want (of kind), or, when an object of its name exists (read into
-// got), corrects it with fix, which reports whether it changed got.
-func (r *Reconciler) ensure(ctx context.Context, kind string, want, got client.Object, fix func() bool) error {
+// ensure creates want (of kind), or, when an object of its name exists (read
+// into got), corrects it with fix, which reports whether it changed got. It
+// reports whether it created want.
+func (r *Reconciler) ensure(ctx context.Context, kind string, want, got client.Object, fix func() bool) (bool, error) {
 	key := client.ObjectKeyFromObject(want)
 	err := r.client.Get(ctx, key, got)
 	switch {
@@ -398,53 +423,89 @@ func (r *Reconciler) ensure(ctx context.Context, kind string, want, got client.O
 		err = r.client.Create(ctx, want)
 		if err == nil {
 			ctrl.LoggerFrom(ctx).Info("Created "+kind, "namespace", key.Namespace, "name", key.Name)
-			return nil
+			return true, nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create %s %s: %w", kind, key, err)
+			return false, fmt.Errorf("create %s %s: %w", kind, key, err)
 		}
 		// One the cache does not hold: not labelled as ours (the cache
 		// holds only those) or just created. Read it past the cache.
 		if err := r.opts.Reader.Get(ctx, key, got); err != nil {
-			return fmt.Errorf("get %s %s: %w", kind, key, err)
+			return false, fmt.Errorf("get %s %s: %w", kind, key, err)
 		}
 	case err != nil:
-		return fmt.Errorf("get %s %s: %w", kind, key, err)
+		return false, fmt.Errorf("get %s %s: %w", kind, key, err)
 	}
 	if !fix() {
-		return nil
+		return false, nil
 	}
 	if err := r.client.Update(ctx, got); err != nil {
-		return fmt.Errorf("correct %s %s: %w", kind, key, err)
+		return false, fmt.Errorf("correct %s %s: %w", kind, key, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Corrected "+kind, "namespace", key.Namespace, "name", key.Name)
-	return nil
+	return false, nil
 }
 
 // awaitQuota reports whether the consumer must wait before it is granted
-// access to ns: the cluster's quota controller has not counted the
-// ResourceQuota QuotaName yet (until it has, the API server refuses every
-// object the quota counts) and the consumer has no access yet. A consumer
-// that has access keeps it meanwhile.
-func (r *Reconciler) awaitQuota(ctx context.Context, ns string) (bool, error) {
-	q := &corev1.ResourceQuota{}
-	if err := r.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: QuotaName}, q); err != nil {
-		if apierrors.IsNotFound(err) {
-			return true, nil // just created, not in the cache yet
-		}
-		return false, fmt.Errorf("get ResourceQuota %s/%s: %w", ns, QuotaName, err)
-	}
+// access to the namespace of q, its ResourceQuota QuotaName as it is now:
+// the cluster's quota controller has not counted it yet (until it has, the
+// API server refuses every object the quota counts) and the consumer has no
+// access yet. A consumer that has access keeps it meanwhile.
+func (r *Reconciler) awaitQuota(ctx context.Context, q *corev1.ResourceQuota) (bool, error) {
 	if counted(q) {
 		return false, nil
 	}
-	err := r.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: RoleBindingName}, &rbacv1.RoleBinding{})
+	err := r.client.Get(ctx, client.ObjectKey{Namespace: q.Namespace, Name: RoleBindingName}, &rbacv1.RoleBinding{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return true, nil
 	case err != nil:
-		return false, fmt.Errorf("get RoleBinding %s/%s: %w", ns, RoleBindingName, err)
+		return false, fmt.Errorf("get RoleBinding %s/%s: %w", q.Namespace, RoleBindingName, err)
 	}
 	return false, nil
+}
+
+// recount deletes the ResourceQuota q (to be created again) when the quota
+// controller counted it in part, and returns how soon to look at it again
+// when it may have to.
+//
+// The quota controller counts a kind only once it has discovered it (every
+// 30 s): a quota written before, just after Annex's CRDs were installed, is
+// left without the usage of ShadowPods or RemoteNamespaces until the
+// controller's next full resync (5 minutes), and meanwhile the API server
+// refuses every object of those kinds ("status unknown for quota"). A new
+// quota is counted at once. So that a quota that cannot be counted yet is
+// not written again and again, only one at least RecountAfter old is
+// deleted; the namespace goes without it for that moment.
+func (r *Reconciler) recount(ctx context.Context, q *corev1.ResourceQuota) (time.Duration, error) {
+	if counted(q) || !apiequality.Semantic.DeepEqual(q.Spec.Hard, q.Status.Hard) {
+		return 0, nil // counted, or not yet (just created or changed)
+	}
+	if wait := RecountAfter - r.opts.Clock.Since(q.CreationTimestamp.Time); wait > 0 {
+		return wait, nil
+	}
+	var opts []client.DeleteOption
+	if uid := q.UID; uid != "" {
+		opts = append(opts, client.Preconditions{UID: &uid})
+	}
+	if err := r.client.Delete(ctx, q, opts...); err != nil && !apierrors.IsNotFound(err) {
+		return 0, fmt.Errorf("delete ResourceQuota %s/%s counted in part: %w", q.Namespace, q.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Recreating a ResourceQuota the quota controller counted in part (it did not know every kind yet)",
+		"namespace", q.Namespace, "name", q.Name, "uncounted", uncounted(q))
+	return RecountAfter, nil
+}
+
+// uncounted lists the resources of q's spec whose usage q's status lacks.
+func uncounted(q *corev1.ResourceQuota) []corev1.ResourceName {
+	var out []corev1.ResourceName
+	for name := range q.Spec.Hard {
+		if _, ok := q.Status.Used[name]; !ok {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // counted reports whether q's status holds the usage of every resource of

@@ -658,3 +658,35 @@ func TestPolicies(t *testing.T) {
 		t.Errorf("LimitRange without default requests: err = %v, want NotFound", err)
 	}
 }
+
+// TestRecount: a quota the quota controller counted without the usage of
+// some kinds (it did not know them yet) is created again, and the consumer
+// is not granted access meanwhile.
+func TestRecount(t *testing.T) {
+	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+	partial := wantQuota("web-alpha", Options{})
+	count(partial)
+	delete(partial.Status.Used, ResourceShadowPods)
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).
+		WithStatusSubresource(&offloadingv1alpha1.RemoteNamespace{}).
+		WithObjects(tenant("alpha"), namespace("web-alpha", oursPSA, fromWeb), partial, replica("web", "web-alpha")).Build()
+	r := New(c, events.NewFakeRecorder(10), Options{Clock: clocktesting.NewFakePassiveClock(now)})
+	req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: tenantNS, Name: "web"}}
+	res, err := r.Reconcile(ctx, req)
+	if err != nil || res.RequeueAfter == 0 {
+		t.Fatalf("Reconcile() = %+v, %v; want a requeue", res, err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(partial), &corev1.ResourceQuota{}); !apierrors.IsNotFound(err) {
+		t.Errorf("quota counted in part: err = %v, want NotFound (deleted to be created again)", err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: RoleBindingName}, &rbacv1.RoleBinding{}); !apierrors.IsNotFound(err) {
+		t.Errorf("RoleBinding: err = %v, want NotFound", err)
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	q := &corev1.ResourceQuota{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(partial), q); err != nil {
+		t.Fatalf("quota not created again: %v", err)
+	}
+}

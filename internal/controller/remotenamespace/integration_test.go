@@ -123,6 +123,17 @@ func TestIntegration(t *testing.T) {
 		})
 	}
 
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		quotas := &corev1.ResourceQuotaList{}
+		if err := c.List(context.Background(), quotas); err == nil {
+			for _, q := range quotas.Items {
+				t.Logf("ResourceQuota %s/%s: spec %v status %+v", q.Namespace, q.Name, q.Spec.Hard, q.Status)
+			}
+		}
+	})
 	request("web", "web-alpha")
 	phase("web", offloadingv1alpha1.RemoteNamespaceReady, "")
 	start := time.Now()
