@@ -91,6 +91,7 @@ func run() error {
 		if err == pflag.ErrHelp {
 			return nil
 		}
+		fmt.Fprintln(os.Stderr, "annex-agent:", err)
 		os.Exit(2)
 	}
 	log := textlogger.NewLogger(logCfg)
