@@ -305,9 +305,11 @@ func (r *Reconciler) admitNew(ctx context.Context, rn *offloadingv1alpha1.Remote
 
 	// The cache may miss the latest creations, the API server's answer
 	// (asked only when the cache sees room) does not.
-	n, err := r.countNamespaces(ctx, r.client, consumer)
+	n, err := r.countNamespaces(ctx, r.client, &corev1.NamespaceList{}, consumer)
 	if err == nil && n < r.opts.MaxNamespacesPerTenant {
-		n, err = r.countNamespaces(ctx, r.opts.Reader, consumer)
+		names := &metav1.PartialObjectMetadataList{}
+		names.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+		n, err = r.countNamespaces(ctx, r.opts.Reader, names, consumer)
 	}
 	if err != nil {
 		return ctrl.Result{}, false, err
@@ -323,16 +325,15 @@ func (r *Reconciler) admitNew(ctx context.Context, rn *offloadingv1alpha1.Remote
 }
 
 // countNamespaces counts the remote namespaces of consumer that c sees,
-// those being deleted included.
-func (r *Reconciler) countNamespaces(ctx context.Context, c client.Reader, consumer string) (int, error) {
+// those being deleted included, listing them into list (Namespaces from the
+// cache, which holds them whole; only their metadata from the API server).
+func (r *Reconciler) countNamespaces(ctx context.Context, c client.Reader, list client.ObjectList, consumer string) (int, error) {
 	sel := labels.SelectorFromSet(labels.Set{corev1alpha1.LabelRemoteClusterID: consumer, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex})
 	notTenant, _ := labels.NewRequirement(corev1alpha1.LabelTenant, selection.DoesNotExist, nil)
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
 	if err := c.List(ctx, list, client.MatchingLabelsSelector{Selector: sel.Add(*notTenant)}); err != nil {
 		return 0, fmt.Errorf("count the remote namespaces of %s: %w", consumer, err)
 	}
-	return len(list.Items), nil
+	return meta.LenList(list), nil
 }
 
 // ensureNamespaceLabels adds or corrects the Pod Security Admission labels
