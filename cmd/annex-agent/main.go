@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
@@ -58,6 +59,7 @@ func run() error {
 	remoteOpts := remote.DefaultOptions()
 	var sliceOpts resourceslice.Options
 	shadowPodOpts := shadowpod.DefaultOptions()
+	remoteNSOpts := remotenamespace.DefaultOptions()
 	var endpointOpts shadowendpointslice.Options
 	vnOpts := virtualnode.DefaultOptions()
 	kubeletOpts := kubeletserver.DefaultOptions()
@@ -75,6 +77,7 @@ func run() error {
 	remoteOpts.BindFlags(fs)
 	sliceOpts.BindFlags(fs)
 	shadowPodOpts.BindFlags(fs)
+	remoteNSOpts.BindFlags(fs)
 	endpointOpts.BindFlags(fs)
 	vnOpts.BindFlags(fs)
 	kubeletOpts.BindFlags(fs)
@@ -89,6 +92,7 @@ func run() error {
 		if err == pflag.ErrHelp {
 			return nil
 		}
+		fmt.Fprintln(os.Stderr, "annex-agent:", err)
 		os.Exit(2)
 	}
 	log := textlogger.NewLogger(logCfg)
@@ -108,6 +112,20 @@ func run() error {
 	}
 	if err := shadowPodOpts.Validate(); err != nil {
 		return err
+	}
+	// One flag, --tenant-default-requests (shadowpod's): the agent applies
+	// the defaults before its quota check, the LimitRange of every remote
+	// namespace says the same.
+	remoteNSOpts.DefaultRequests = shadowPodOpts.DefaultRequests.DeepCopy()
+	if remoteNSOpts.DefaultRequests == nil {
+		remoteNSOpts.DefaultRequests = corev1.ResourceList{}
+	}
+	if err := remoteNSOpts.Validate(shadowPodOpts.AllowPrivileged); err != nil {
+		return err
+	}
+	if shadowPodOpts.AllowPrivileged && remoteNSOpts.PodSecurity != remotenamespace.PodSecurityPrivileged {
+		log.Info("--allow-privileged-shadowpods is set but remote namespaces enforce a stricter Pod Security level: the pods only the privileged level admits are refused by the API server (set --tenant-pod-security=privileged to run them)",
+			"tenantPodSecurity", remoteNSOpts.PodSecurity)
 	}
 	if heartbeatInterval <= 0 || tenantGrace <= 2*heartbeatInterval {
 		return fmt.Errorf("--tenant-grace-period (%s) must be more than twice --consumer-heartbeat-interval (%s)", tenantGrace, heartbeatInterval)
@@ -160,6 +178,7 @@ func run() error {
 	}
 	netView := netview.New(mgr.GetClient())
 	netView.SetLocalRanges(parsePrefixes(id.PodCIDR, id.ServiceCIDR, id.ExternalCIDR)...)
+	remoteNSOpts.Reader = mgr.GetAPIReader()
 	vnOpts.PodIPTranslator = netView.PodIP
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&foreigncluster.Reconciler{Client: mgr.GetClient(), Remote: remotes},
@@ -171,7 +190,7 @@ func run() error {
 			replicator.Options{Recorder: mgr.GetEventRecorder("annex-replicator")}),
 		&namespaceoffloading.Reconciler{Client: mgr.GetClient(), LocalClusterID: id.ClusterID},
 		reflection.New(mgr.GetClient(), remotes, id.ClusterID, reflection.Options{Translator: netView}),
-		remotenamespace.New(mgr.GetClient(), mgr.GetEventRecorder("annex-remotenamespace"), remotenamespace.Options{}),
+		remotenamespace.New(mgr.GetClient(), mgr.GetEventRecorder("annex-remotenamespace"), remoteNSOpts),
 		shadowpod.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowpod"), shadowPodOpts),
 		shadowendpointslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowendpointslice"), endpointOpts),
 		virtualnode.NewReconciler(mgr, remotes, id.ClusterID, vnOpts),

@@ -9,12 +9,33 @@
 // annex.dev/origin-namespace annotation) in a namespace
 // "annex-tenant-<C>" labelled annex.dev/remote-cluster-id=<C>; C is the
 // consumer. Requests are untrusted: spec.remoteNamespace must be
-// "<sourceNamespace>-<C>" or "<sourceNamespace>", a valid DNS label, not
-// "default" and not "kube-*" or "annex-*", and a namespace of that name that
-// already exists must carry annex.dev/remote-cluster-id=<C>,
-// annex.dev/managed-by=annex and annex.dev/source-namespace=<sourceNamespace>.
-// Anything else is refused (status Failed, reason Forbidden, a Warning
-// Event) and no existing namespace is ever modified or deleted.
+// "<sourceNamespace>-<C>" (DefaultName) or, only when the agent runs with
+// --allow-same-name-namespaces, "<sourceNamespace>" (EnforceSameName); a
+// valid DNS label, not "default" and not "kube-*" or "annex-*"; and a
+// namespace of that name that already exists must carry
+// annex.dev/remote-cluster-id=<C>, annex.dev/managed-by=annex and
+// annex.dev/source-namespace=<sourceNamespace>. A name is given out only if
+// it does not also read as another peer's DefaultName (see ValidateNewName),
+// and only while C has fewer remote namespaces than
+// --max-remote-namespaces-per-tenant. Anything else is refused (status
+// Failed, reason Forbidden or QuotaExceeded, a Warning Event) and no
+// existing namespace is ever modified or deleted.
+//
+// Every remote namespace is kept with (recreated when deleted, corrected
+// when changed):
+//   - the Pod Security Admission labels enforce, warn and audit at the level
+//     of --tenant-pod-security (baseline by default), version latest, so the
+//     API server refuses pods beyond that level whoever creates them;
+//   - the ResourceQuota "annex-tenant-quota" of object counts
+//     (--tenant-object-quota; the consumer is granted access only once the
+//     cluster's quota controller has counted it, and a quota it counted in
+//     part, not knowing Annex's kinds yet, is created again: see recount);
+//   - the LimitRange "annex-tenant-defaults" of default container requests
+//     (--tenant-default-requests; no default limits).
+//
+// Each tenant namespace that holds a request also gets a ResourceQuota
+// "annex-tenant-quota" counting RemoteNamespaces and ResourceSlices.
+// Consumers have no access to ResourceQuotas or LimitRanges.
 //
 // A finalizer ("annex.dev/remote-namespace") is added to the replica just
 // before its namespace is created; when the replica is deleted the namespace
@@ -31,6 +52,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,12 +65,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -63,6 +85,8 @@ import (
 // +kubebuilder:rbac:groups=offloading.annex.dev,resources=remotenamespaces/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=resourcequotas,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=limitranges,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=annex-remote-consumer
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -84,22 +108,31 @@ const (
 	// binds ClusterRoleName to the consumer's ServiceAccount.
 	RoleBindingName = corev1alpha1.ConsumerServiceAccountName
 
-	// DefaultPendingRequeue is how soon a RemoteNamespace is looked at again
-	// while its namespace is being deleted.
-	DefaultPendingRequeue = 2 * time.Second
+	// QuotaName is the ResourceQuota of object counts kept in every remote
+	// namespace and in every tenant namespace that holds a request.
+	QuotaName = "annex-tenant-quota"
+
+	// LimitRangeName is the LimitRange of default container requests kept
+	// in every remote namespace.
+	LimitRangeName = "annex-tenant-defaults"
+
+	// RecountAfter is the age from which a ResourceQuota the quota
+	// controller counted in part is created again (see recount).
+	RecountAfter = 5 * time.Second
 
 	// indexRemoteNamespace indexes RemoteNamespaces by spec.remoteNamespace.
 	indexRemoteNamespace = "spec.remoteNamespace"
 )
 
-// Options tune the reconciler. The zero value means the defaults.
-type Options struct {
-	// Clock stamps condition transition times (default: the real clock).
-	Clock clock.PassiveClock
-	// PendingRequeue is how soon to look again while a namespace is being
-	// deleted (DefaultPendingRequeue).
-	PendingRequeue time.Duration
-}
+// The Pod Security Admission labels of remote namespaces.
+const (
+	labelPodSecurityEnforce        = "pod-security.kubernetes.io/enforce"
+	labelPodSecurityEnforceVersion = "pod-security.kubernetes.io/enforce-version"
+	labelPodSecurityWarn           = "pod-security.kubernetes.io/warn"
+	labelPodSecurityWarnVersion    = "pod-security.kubernetes.io/warn-version"
+	labelPodSecurityAudit          = "pod-security.kubernetes.io/audit"
+	labelPodSecurityAuditVersion   = "pod-security.kubernetes.io/audit-version"
+)
 
 // Reconciler creates and deletes the namespaces that consumers ask for.
 type Reconciler struct {
@@ -109,27 +142,29 @@ type Reconciler struct {
 }
 
 // New returns the reconciler. c reads and writes RemoteNamespaces,
-// Namespaces and RoleBindings; recorder receives a Warning Event for every
-// refusal and a Normal Event when a namespace is created or deleted.
+// Namespaces, RoleBindings, ResourceQuotas and LimitRanges; recorder
+// receives a Warning Event for every refusal and a Normal Event when a
+// namespace is created or deleted.
 func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconciler {
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
-	}
-	if opts.PendingRequeue <= 0 {
-		opts.PendingRequeue = DefaultPendingRequeue
+	opts.complete()
+	if opts.Reader == nil {
+		opts.Reader = c
 	}
 	return &Reconciler{client: c, recorder: recorder, opts: opts}
 }
 
 // CacheByObject restricts the manager's cache to what this controller needs
-// of the kinds it watches but does not own: only RoleBindings labelled
-// annex.dev/managed-by=annex. Passing it to the manager's cache options is
-// optional (the controller works on a full cache) and affects every reader of
-// the manager's cache.
+// of the kinds it watches but does not own: only RoleBindings,
+// ResourceQuotas and LimitRanges labelled annex.dev/managed-by=annex.
+// Passing it to the manager's cache options is optional (the controller
+// works on a full cache) and affects every reader of the manager's cache.
 func CacheByObject() map[client.Object]cache.ByObject {
 	managed, _ := labels.NewRequirement(corev1alpha1.LabelManagedBy, selection.Equals, []string{corev1alpha1.ManagedByAnnex})
+	sel := labels.NewSelector().Add(*managed)
 	return map[client.Object]cache.ByObject{
-		&rbacv1.RoleBinding{}: {Label: labels.NewSelector().Add(*managed)},
+		&rbacv1.RoleBinding{}:   {Label: sel},
+		&corev1.ResourceQuota{}: {Label: sel},
+		&corev1.LimitRange{}:    {Label: sel},
 	}
 }
 
@@ -157,6 +192,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		log.V(1).Info("Not a tenant namespace of this consumer, ignoring", "namespace", rn.Namespace)
 		return ctrl.Result{}, nil
 	}
+	// recheck is how soon a quota counted in part is looked at again.
+	var recheck time.Duration
+	if tenant.DeletionTimestamp.IsZero() {
+		q, err := r.ensureQuota(ctx, rn.Namespace, consumer, r.opts.TenantObjectQuota)
+		if err == nil {
+			recheck, err = r.recount(ctx, q)
+		}
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if msg := ValidateRequest(rn.Spec.SourceNamespace, rn.Spec.RemoteNamespace, consumer); msg != "" {
 		return ctrl.Result{}, r.setStatus(ctx, rn, offloadingv1alpha1.RemoteNamespaceFailed, offloadingv1alpha1.ReasonForbidden, msg)
 	}
@@ -165,11 +211,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	err := r.client.Get(ctx, client.ObjectKey{Name: rn.Spec.RemoteNamespace}, ns)
 	switch {
 	case apierrors.IsNotFound(err):
+		if res, refused, err := r.admitNew(ctx, rn, consumer); refused || err != nil {
+			return res, err
+		}
 		// The finalizer goes on first, so a namespace is never left behind.
 		if err := r.setFinalizer(ctx, rn, true); err != nil {
 			return ctrl.Result{}, err
 		}
-		ns = desiredNamespace(rn.Spec.RemoteNamespace, consumer, rn.Spec.SourceNamespace)
+		ns = r.desiredNamespace(rn.Spec.RemoteNamespace, consumer, rn.Spec.SourceNamespace)
 		if err := r.client.Create(ctx, ns); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				// Our cache is behind: look again once it has caught up.
@@ -181,7 +230,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 			}
 			return ctrl.Result{}, fmt.Errorf("create namespace %s: %w", rn.Spec.RemoteNamespace, err)
 		}
-		log.Info("Created remote namespace")
+		log.Info("Created remote namespace", "podSecurity", r.opts.PodSecurity)
 		r.recorder.Eventf(rn, nil, corev1.EventTypeNormal, "NamespaceCreated", "Create", "created namespace %s", ns.Name)
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("get namespace %s: %w", rn.Spec.RemoteNamespace, err)
@@ -197,6 +246,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 				fmt.Sprintf("namespace %s is being deleted; it is created again once it is gone", ns.Name))
 			return ctrl.Result{RequeueAfter: r.opts.PendingRequeue}, err
 		}
+		if err := r.ensureNamespaceLabels(ctx, ns, consumer); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	q, err := r.ensureQuota(ctx, ns.Name, consumer, r.opts.ObjectQuota)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if again, err := r.recount(ctx, q); err != nil {
+		return ctrl.Result{}, err
+	} else if again > 0 && (recheck == 0 || again < recheck) {
+		recheck = again
+	}
+	if err := r.ensureLimitRange(ctx, ns.Name, consumer); err != nil {
+		return ctrl.Result{}, err
+	}
+	if wait, err := r.awaitQuota(ctx, q); err != nil || wait {
+		if err == nil {
+			err = r.setStatus(ctx, rn, offloadingv1alpha1.RemoteNamespacePending, offloadingv1alpha1.ReasonPending,
+				fmt.Sprintf("namespace %s is created; waiting for the cluster to count its ResourceQuota %s before the consumer may write there", ns.Name, QuotaName))
+		}
+		return ctrl.Result{RequeueAfter: r.opts.PendingRequeue}, err
 	}
 
 	if err := r.ensureRoleBinding(ctx, ns.Name, consumer); err != nil {
@@ -208,8 +280,245 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		}
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.setStatus(ctx, rn, offloadingv1alpha1.RemoteNamespaceReady, offloadingv1alpha1.ReasonReconciled,
+	return ctrl.Result{RequeueAfter: recheck}, r.setStatus(ctx, rn, offloadingv1alpha1.RemoteNamespaceReady, offloadingv1alpha1.ReasonReconciled,
 		fmt.Sprintf("namespace %s is ready for consumer %s", ns.Name, consumer))
+}
+
+// admitNew decides whether the namespace rn asks for, which does not exist
+// yet, may be created: its name (ValidateNewName, against this provider's
+// peers) and the consumer's bound of remote namespaces. A refusal is written
+// to rn's status (refused is true).
+func (r *Reconciler) admitNew(ctx context.Context, rn *offloadingv1alpha1.RemoteNamespace, consumer string) (res ctrl.Result, refused bool, err error) {
+	tenants := &corev1.NamespaceList{}
+	if err := r.client.List(ctx, tenants, client.MatchingLabels{corev1alpha1.LabelTenant: "true"}); err != nil {
+		return ctrl.Result{}, false, fmt.Errorf("list tenant namespaces: %w", err)
+	}
+	var peers []string
+	for _, t := range tenants.Items {
+		if id := t.Labels[corev1alpha1.LabelRemoteClusterID]; id != "" {
+			peers = append(peers, id)
+		}
+	}
+	if msg := ValidateNewName(rn.Spec.SourceNamespace, rn.Spec.RemoteNamespace, consumer, r.opts.AllowSameName, peers); msg != "" {
+		return ctrl.Result{}, true, r.setStatus(ctx, rn, offloadingv1alpha1.RemoteNamespaceFailed, offloadingv1alpha1.ReasonForbidden, msg)
+	}
+
+	// The cache may miss the latest creations, the API server's answer
+	// (asked only when the cache sees room) does not.
+	n, err := r.countNamespaces(ctx, r.client, &corev1.NamespaceList{}, consumer)
+	if err == nil && n < r.opts.MaxNamespacesPerTenant {
+		names := &metav1.PartialObjectMetadataList{}
+		names.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+		n, err = r.countNamespaces(ctx, r.opts.Reader, names, consumer)
+	}
+	if err != nil {
+		return ctrl.Result{}, false, err
+	}
+	if n >= r.opts.MaxNamespacesPerTenant {
+		err := r.setStatus(ctx, rn, offloadingv1alpha1.RemoteNamespaceFailed, offloadingv1alpha1.ReasonQuotaExceeded,
+			fmt.Sprintf("namespace %s is not created: consumer %s already has %d remote namespaces on this provider, the most it may have (--max-remote-namespaces-per-tenant=%d)",
+				rn.Spec.RemoteNamespace, consumer, n, r.opts.MaxNamespacesPerTenant))
+		// Looked at again: room is made by namespaces that go away.
+		return ctrl.Result{RequeueAfter: r.opts.LimitRequeue}, true, err
+	}
+	return ctrl.Result{}, false, nil
+}
+
+// countNamespaces counts the remote namespaces of consumer that c sees,
+// those being deleted included, listing them into list (Namespaces from the
+// cache, which holds them whole; only their metadata from the API server).
+func (r *Reconciler) countNamespaces(ctx context.Context, c client.Reader, list client.ObjectList, consumer string) (int, error) {
+	sel := labels.SelectorFromSet(labels.Set{corev1alpha1.LabelRemoteClusterID: consumer, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex})
+	notTenant, _ := labels.NewRequirement(corev1alpha1.LabelTenant, selection.DoesNotExist, nil)
+	if err := c.List(ctx, list, client.MatchingLabelsSelector{Selector: sel.Add(*notTenant)}); err != nil {
+		return 0, fmt.Errorf("count the remote namespaces of %s: %w", consumer, err)
+	}
+	return meta.LenList(list), nil
+}
+
+// ensureNamespaceLabels adds or corrects the Pod Security Admission labels
+// of the consumer's existing namespace ns.
+func (r *Reconciler) ensureNamespaceLabels(ctx context.Context, ns *corev1.Namespace, consumer string) error {
+	want := r.desiredNamespace(ns.Name, consumer, "").Labels
+	if hasLabels(ns.Labels, want) {
+		return nil
+	}
+	orig := ns.DeepCopy()
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	maps.Copy(ns.Labels, want)
+	if err := r.client.Patch(ctx, ns, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("label namespace %s: %w", ns.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Corrected the Pod Security labels of the remote namespace", "podSecurity", r.opts.PodSecurity)
+	return nil
+}
+
+// ensureQuota creates or corrects the ResourceQuota QuotaName in ns with
+// the object counts hard, and returns it as it is now.
+func (r *Reconciler) ensureQuota(ctx context.Context, ns, consumer string, hard corev1.ResourceList) (*corev1.ResourceQuota, error) {
+	want := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: QuotaName, Namespace: ns, Labels: managedLabels(consumer)},
+		Spec:       corev1.ResourceQuotaSpec{Hard: hard.DeepCopy()},
+	}
+	got := &corev1.ResourceQuota{}
+	created, err := r.ensure(ctx, "ResourceQuota", want, got, func() bool {
+		if apiequality.Semantic.DeepEqual(got.Spec, want.Spec) && hasLabels(got.Labels, want.Labels) {
+			return false
+		}
+		got.Spec = *want.Spec.DeepCopy()
+		got.Labels = withLabels(got.Labels, want.Labels)
+		return true
+	})
+	if created {
+		return want, err
+	}
+	return got, err
+}
+
+// ensureLimitRange creates or corrects the LimitRange LimitRangeName in ns
+// (or deletes it when there are no default requests). It sets default
+// requests only: a default limit would throttle or kill containers that ask
+// for nothing, which they do not expect; the quota that matters, the
+// consumer's grant, counts requests.
+func (r *Reconciler) ensureLimitRange(ctx context.Context, ns, consumer string) error {
+	want := &corev1.LimitRange{
+		ObjectMeta: metav1.ObjectMeta{Name: LimitRangeName, Namespace: ns, Labels: managedLabels(consumer)},
+		Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+			Type:           corev1.LimitTypeContainer,
+			DefaultRequest: r.opts.DefaultRequests.DeepCopy(),
+		}}},
+	}
+	got := &corev1.LimitRange{}
+	if len(r.opts.DefaultRequests) == 0 {
+		err := r.client.Get(ctx, client.ObjectKeyFromObject(want), got)
+		if err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		uid := got.UID
+		if err := r.client.Delete(ctx, got, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete LimitRange %s/%s: %w", ns, LimitRangeName, err)
+		}
+		return nil
+	}
+	_, err := r.ensure(ctx, "LimitRange", want, got, func() bool {
+		if apiequality.Semantic.DeepEqual(got.Spec, want.Spec) && hasLabels(got.Labels, want.Labels) {
+			return false
+		}
+		got.Spec = *want.Spec.DeepCopy()
+		got.Labels = withLabels(got.Labels, want.Labels)
+		return true
+	})
+	return err
+}
+
+// ensure creates want (of kind), or, when an object of its name exists (read
+// into got), corrects it with fix, which reports whether it changed got. It
+// reports whether it created want.
+func (r *Reconciler) ensure(ctx context.Context, kind string, want, got client.Object, fix func() bool) (bool, error) {
+	key := client.ObjectKeyFromObject(want)
+	err := r.client.Get(ctx, key, got)
+	switch {
+	case apierrors.IsNotFound(err):
+		err = r.client.Create(ctx, want)
+		if err == nil {
+			ctrl.LoggerFrom(ctx).Info("Created "+kind, "namespace", key.Namespace, "name", key.Name)
+			return true, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return false, fmt.Errorf("create %s %s: %w", kind, key, err)
+		}
+		// One the cache does not hold: not labelled as ours (the cache
+		// holds only those) or just created. Read it past the cache.
+		if err := r.opts.Reader.Get(ctx, key, got); err != nil {
+			return false, fmt.Errorf("get %s %s: %w", kind, key, err)
+		}
+	case err != nil:
+		return false, fmt.Errorf("get %s %s: %w", kind, key, err)
+	}
+	if !fix() {
+		return false, nil
+	}
+	if err := r.client.Update(ctx, got); err != nil {
+		return false, fmt.Errorf("correct %s %s: %w", kind, key, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Corrected "+kind, "namespace", key.Namespace, "name", key.Name)
+	return false, nil
+}
+
+// awaitQuota reports whether the consumer must wait before it is granted
+// access to the namespace of q, its ResourceQuota QuotaName as it is now:
+// the cluster's quota controller has not counted it yet (until it has, the
+// API server refuses every object the quota counts) and the consumer has no
+// access yet. A consumer that has access keeps it meanwhile.
+func (r *Reconciler) awaitQuota(ctx context.Context, q *corev1.ResourceQuota) (bool, error) {
+	if counted(q) {
+		return false, nil
+	}
+	err := r.client.Get(ctx, client.ObjectKey{Namespace: q.Namespace, Name: RoleBindingName}, &rbacv1.RoleBinding{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("get RoleBinding %s/%s: %w", q.Namespace, RoleBindingName, err)
+	}
+	return false, nil
+}
+
+// recount deletes the ResourceQuota q (to be created again) when the quota
+// controller counted it in part, and returns how soon to look at it again
+// when it may have to.
+//
+// The quota controller counts a kind only once it has discovered it (every
+// 30 s): a quota written before, just after Annex's CRDs were installed, is
+// left without the usage of ShadowPods or RemoteNamespaces until the
+// controller's next full resync (5 minutes), and meanwhile the API server
+// refuses every object of those kinds ("status unknown for quota"). A new
+// quota is counted at once. So that a quota that cannot be counted yet is
+// not written again and again, only one at least RecountAfter old is
+// deleted; the namespace goes without it for that moment.
+func (r *Reconciler) recount(ctx context.Context, q *corev1.ResourceQuota) (time.Duration, error) {
+	if counted(q) || !apiequality.Semantic.DeepEqual(q.Spec.Hard, q.Status.Hard) {
+		return 0, nil // counted, or not yet (just created or changed)
+	}
+	if wait := RecountAfter - r.opts.Clock.Since(q.CreationTimestamp.Time); wait > 0 {
+		return wait, nil
+	}
+	var opts []client.DeleteOption
+	if uid := q.UID; uid != "" {
+		opts = append(opts, client.Preconditions{UID: &uid})
+	}
+	if err := r.client.Delete(ctx, q, opts...); err != nil && !apierrors.IsNotFound(err) {
+		return 0, fmt.Errorf("delete ResourceQuota %s/%s counted in part: %w", q.Namespace, q.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Recreating a ResourceQuota the quota controller counted in part (it did not know every kind yet)",
+		"namespace", q.Namespace, "name", q.Name, "uncounted", uncounted(q))
+	return RecountAfter, nil
+}
+
+// uncounted lists the resources of q's spec whose usage q's status lacks.
+func uncounted(q *corev1.ResourceQuota) []corev1.ResourceName {
+	var out []corev1.ResourceName
+	for name := range q.Spec.Hard {
+		if _, ok := q.Status.Used[name]; !ok {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// counted reports whether q's status holds the usage of every resource of
+// its spec.
+func counted(q *corev1.ResourceQuota) bool {
+	for name, hard := range q.Spec.Hard {
+		got, ok := q.Status.Hard[name]
+		if _, used := q.Status.Used[name]; !ok || !used || got.Cmp(hard) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // finalize deletes the namespace of a deleted replica, waits until it is
@@ -337,16 +646,39 @@ func (r *Reconciler) setStatus(ctx context.Context, rn *offloadingv1alpha1.Remot
 	return nil
 }
 
-// desiredNamespace is the remote namespace for source of consumer.
-func desiredNamespace(name, consumer, source string) *corev1.Namespace {
+// desiredNamespace is the remote namespace for source of consumer: owned
+// by consumer, with the Pod Security Admission labels of r's level.
+func (r *Reconciler) desiredNamespace(name, consumer, source string) *corev1.Namespace {
+	l := managedLabels(consumer)
+	level := string(r.opts.PodSecurity)
+	for _, k := range []string{labelPodSecurityEnforce, labelPodSecurityWarn, labelPodSecurityAudit} {
+		l[k] = level
+	}
+	for _, k := range []string{labelPodSecurityEnforceVersion, labelPodSecurityWarnVersion, labelPodSecurityAuditVersion} {
+		l[k] = "latest"
+	}
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: name,
-		Labels: map[string]string{
-			corev1alpha1.LabelRemoteClusterID: consumer,
-			corev1alpha1.LabelManagedBy:       corev1alpha1.ManagedByAnnex,
-		},
+		Name:        name,
+		Labels:      l,
 		Annotations: map[string]string{AnnotationSourceNamespace: source},
 	}}
+}
+
+// managedLabels are the labels of what this controller keeps for consumer.
+func managedLabels(consumer string) map[string]string {
+	return map[string]string{
+		corev1alpha1.LabelRemoteClusterID: consumer,
+		corev1alpha1.LabelManagedBy:       corev1alpha1.ManagedByAnnex,
+	}
+}
+
+// withLabels returns got with the labels of want added.
+func withLabels(got, want map[string]string) map[string]string {
+	if got == nil {
+		got = map[string]string{}
+	}
+	maps.Copy(got, want)
+	return got
 }
 
 // desiredRoleBinding grants consumer's ServiceAccount the ClusterRole
@@ -391,7 +723,10 @@ func terminal(err error) bool {
 // the replicas it answers, it is triggered by every change of a namespace
 // (its replicas are looked up by name: a refused request is retried when the
 // namespace in the way disappears, a deleted replica's finalizer is removed
-// when its namespace is gone) and of a RoleBinding "annex-consumer".
+// when its namespace is gone, changed labels are corrected), of a
+// RoleBinding "annex-consumer", and of the spec, labels or counted limits of
+// a ResourceQuota QuotaName or LimitRange LimitRangeName (not of the usage
+// the quota controller writes at every creation in the namespace).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	err := mgr.GetFieldIndexer().IndexField(context.Background(), &offloadingv1alpha1.RemoteNamespace{}, indexRemoteNamespace,
 		func(o client.Object) []string {
@@ -410,6 +745,21 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	isConsumerBinding := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetName() == RoleBindingName && o.GetLabels()[corev1alpha1.LabelManagedBy] == corev1alpha1.ManagedByAnnex
 	})
+	policyChanged := predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return isPolicy(e.Object) },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return isPolicy(e.Object) },
+		GenericFunc: func(e event.GenericEvent) bool { return isPolicy(e.Object) },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			if !isPolicy(e.ObjectOld) && !isPolicy(e.ObjectNew) {
+				return false
+			}
+			return !apiequality.Semantic.DeepEqual(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) ||
+				!apiequality.Semantic.DeepEqual(policyOf(e.ObjectOld), policyOf(e.ObjectNew))
+		},
+	}
+	policyRequests := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		return r.requestsForPolicy(ctx, o.GetNamespace())
+	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("remotenamespace").
 		For(&offloadingv1alpha1.RemoteNamespace{}, builder.WithPredicates(isReplica)).
@@ -419,7 +769,34 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&rbacv1.RoleBinding{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.requestsFor(ctx, o.GetNamespace())
 		}), builder.WithPredicates(isConsumerBinding)).
+		Watches(&corev1.ResourceQuota{}, policyRequests, builder.WithPredicates(policyChanged)).
+		Watches(&corev1.LimitRange{}, policyRequests, builder.WithPredicates(policyChanged)).
 		Complete(r)
+}
+
+// isPolicy reports whether o is a ResourceQuota or LimitRange of this
+// controller (by name: one that lost its labels is corrected too).
+func isPolicy(o client.Object) bool {
+	switch o.(type) {
+	case *corev1.ResourceQuota:
+		return o.GetName() == QuotaName
+	case *corev1.LimitRange:
+		return o.GetName() == LimitRangeName
+	}
+	return false
+}
+
+// policyOf is what this controller keeps of a ResourceQuota or LimitRange
+// (the spec), and whether a quota is counted (the quota controller's hard
+// limits, without the usage).
+func policyOf(o client.Object) any {
+	switch p := o.(type) {
+	case *corev1.ResourceQuota:
+		return []any{p.Spec, p.Status.Hard}
+	case *corev1.LimitRange:
+		return p.Spec
+	}
+	return nil
 }
 
 // requestsFor returns the replicas that ask for namespace name.
@@ -433,6 +810,28 @@ func (r *Reconciler) requestsFor(ctx context.Context, name string) []reconcile.R
 	for i := range list.Items {
 		if rn := &list.Items[i]; replicator.IsReplica(rn) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(rn)})
+		}
+	}
+	return reqs
+}
+
+// requestsForPolicy returns the replicas to reconcile when a ResourceQuota
+// or LimitRange in namespace ns changes: those that ask for ns, and, in a
+// tenant namespace, one of its replicas (each keeps the tenant namespace's
+// quota).
+func (r *Reconciler) requestsForPolicy(ctx context.Context, ns string) []reconcile.Request {
+	reqs := r.requestsFor(ctx, ns)
+	if !strings.HasPrefix(ns, corev1alpha1.TenantNamespacePrefix) {
+		return reqs
+	}
+	list := &offloadingv1alpha1.RemoteNamespaceList{}
+	if err := r.client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Cannot list RemoteNamespaces", "namespace", ns)
+		return reqs
+	}
+	for i := range list.Items {
+		if rn := &list.Items[i]; replicator.IsReplica(rn) && rn.DeletionTimestamp.IsZero() {
+			return append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(rn)})
 		}
 	}
 	return reqs

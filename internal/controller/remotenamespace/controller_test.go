@@ -2,6 +2,7 @@ package remotenamespace
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -18,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
@@ -71,7 +74,70 @@ func namespace(name string, labels, annotations map[string]string, mutate ...fun
 var (
 	oursLabels = map[string]string{corev1alpha1.LabelRemoteClusterID: "alpha", corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}
 	fromWeb    = map[string]string{AnnotationSourceNamespace: "web"}
+	// oursPSA are the labels of a remote namespace of alpha at the default
+	// Pod Security level.
+	oursPSA = withPSA(oursLabels, "baseline")
 )
+
+// withPSA returns l with the Pod Security Admission labels of level.
+func withPSA(l map[string]string, level string) map[string]string {
+	out := maps.Clone(l)
+	for _, mode := range []string{"enforce", "warn", "audit"} {
+		out["pod-security.kubernetes.io/"+mode] = level
+		out["pod-security.kubernetes.io/"+mode+"-version"] = "latest"
+	}
+	return out
+}
+
+// tenantOf is the tenant namespace of another consumer.
+func tenantOf(consumer string) *corev1.Namespace {
+	ns := tenant(consumer)
+	ns.Name = "annex-tenant-" + consumer
+	return ns
+}
+
+// countQuotas stands in for the quota controller: it counts every
+// ResourceQuota as soon as it is written (nothing used).
+var countQuotas = interceptor.Funcs{
+	Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		count(obj)
+		return c.Create(ctx, obj, opts...)
+	},
+	Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+		count(obj)
+		return c.Update(ctx, obj, opts...)
+	},
+}
+
+func count(obj client.Object) {
+	if q, ok := obj.(*corev1.ResourceQuota); ok {
+		q.Status.Hard = q.Spec.Hard.DeepCopy()
+		q.Status.Used = corev1.ResourceList{}
+		for name := range q.Spec.Hard {
+			q.Status.Used[name] = resource.MustParse("0")
+		}
+	}
+}
+
+// wantQuota is the ResourceQuota the controller keeps in a remote namespace
+// of alpha with options o.
+func wantQuota(ns string, o Options) *corev1.ResourceQuota {
+	o.complete()
+	return &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: QuotaName, Namespace: ns, Labels: oursLabels},
+		Spec:       corev1.ResourceQuotaSpec{Hard: o.ObjectQuota},
+	}
+}
+
+// wantLimitRange is the LimitRange of default requests in ns.
+func wantLimitRange(ns string, requests corev1.ResourceList) *corev1.LimitRange {
+	return &corev1.LimitRange{
+		ObjectMeta: metav1.ObjectMeta{Name: LimitRangeName, Namespace: ns, Labels: oursLabels},
+		Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+			Type: corev1.LimitTypeContainer, DefaultRequest: requests,
+		}}},
+	}
+}
 
 func status(phase offloadingv1alpha1.RemoteNamespacePhase, reason, msg string) offloadingv1alpha1.RemoteNamespaceStatus {
 	cs := metav1.ConditionFalse
@@ -103,6 +169,7 @@ func TestReconcile(t *testing.T) {
 	s := scheme(t)
 	tests := []struct {
 		name          string
+		opts          Options
 		objs          []client.Object
 		rn            *offloadingv1alpha1.RemoteNamespace
 		want          offloadingv1alpha1.RemoteNamespaceStatus
@@ -112,7 +179,10 @@ func TestReconcile(t *testing.T) {
 		// reconcile (nil: it must not exist).
 		wantNamespace *corev1.Namespace
 		wantBinding   *rbacv1.RoleBinding
-		wantEvents    []string
+		// wantPolicies: the namespace holds the ResourceQuota and the
+		// LimitRange of tc.opts.
+		wantPolicies bool
+		wantEvents   []string
 	}{
 		{
 			name:          "DefaultName: namespace and RoleBinding created",
@@ -120,19 +190,114 @@ func TestReconcile(t *testing.T) {
 			rn:            replica("web", "web-alpha"),
 			want:          status(offloadingv1alpha1.RemoteNamespaceReady, offloadingv1alpha1.ReasonReconciled, "namespace web-alpha is ready for consumer alpha"),
 			wantFinalizer: true,
-			wantNamespace: namespace("web-alpha", oursLabels, fromWeb),
+			wantNamespace: namespace("web-alpha", oursPSA, fromWeb),
 			wantBinding:   consumerBinding("web-alpha"),
+			wantPolicies:  true,
 			wantEvents:    []string{"Normal NamespaceCreated created namespace web-alpha"},
 		},
 		{
-			name:          "EnforceSameName",
+			name: "restricted level, other quota and requests",
+			opts: Options{PodSecurity: PodSecurityRestricted,
+				ObjectQuota:     corev1.ResourceList{corev1.ResourcePods: resource.MustParse("50"), "count/jobs.batch": resource.MustParse("3")},
+				DefaultRequests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}},
+			objs:          []client.Object{tenant("alpha")},
+			rn:            replica("web", "web-alpha"),
+			want:          status(offloadingv1alpha1.RemoteNamespaceReady, offloadingv1alpha1.ReasonReconciled, "namespace web-alpha is ready for consumer alpha"),
+			wantFinalizer: true,
+			wantNamespace: namespace("web-alpha", withPSA(oursLabels, "restricted"), fromWeb),
+			wantBinding:   consumerBinding("web-alpha"),
+			wantPolicies:  true,
+			wantEvents:    []string{"Normal NamespaceCreated created namespace web-alpha"},
+		},
+		{
+			name:          "EnforceSameName with --allow-same-name-namespaces",
+			opts:          Options{AllowSameName: true},
 			objs:          []client.Object{tenant("alpha")},
 			rn:            replica("web", "web"),
 			want:          status(offloadingv1alpha1.RemoteNamespaceReady, offloadingv1alpha1.ReasonReconciled, "namespace web is ready for consumer alpha"),
 			wantFinalizer: true,
-			wantNamespace: namespace("web", oursLabels, fromWeb),
+			wantNamespace: namespace("web", oursPSA, fromWeb),
 			wantBinding:   consumerBinding("web"),
+			wantPolicies:  true,
 			wantEvents:    []string{"Normal NamespaceCreated created namespace web"},
+		},
+		{
+			name: "refused: EnforceSameName without --allow-same-name-namespaces",
+			objs: []client.Object{tenant("alpha")},
+			rn:   replica("web", "web"),
+			want: status(offloadingv1alpha1.RemoteNamespaceFailed, offloadingv1alpha1.ReasonForbidden,
+				`spec.remoteNamespace "web" (EnforceSameName) is not allowed on this provider (it was not started with --allow-same-name-namespaces): ask for "web-alpha" (DefaultName)`),
+			wantEvents: []string{`Warning Forbidden spec.remoteNamespace "web" (EnforceSameName) is not allowed on this provider (it was not started with --allow-same-name-namespaces): ask for "web-alpha" (DefaultName)`},
+		},
+		{
+			name:          "EnforceSameName kept without the flag when the namespace already is the consumer's",
+			objs:          []client.Object{tenant("alpha"), namespace("web", oursPSA, fromWeb)},
+			rn:            replica("web", "web"),
+			want:          status(offloadingv1alpha1.RemoteNamespaceReady, offloadingv1alpha1.ReasonReconciled, "namespace web is ready for consumer alpha"),
+			wantFinalizer: true,
+			wantNamespace: namespace("web", oursPSA, fromWeb),
+			wantBinding:   consumerBinding("web"),
+			wantPolicies:  true,
+		},
+		{
+			name: "refused: EnforceSameName name of another peer's DefaultName",
+			opts: Options{AllowSameName: true},
+			objs: []client.Object{tenant("alpha"), tenantOf("gamma")},
+			rn:   replica("web-gamma", "web-gamma"),
+			want: status(offloadingv1alpha1.RemoteNamespaceFailed, offloadingv1alpha1.ReasonForbidden,
+				`spec.remoteNamespace "web-gamma" (EnforceSameName) is refused: it reads as the DefaultName of a namespace of another cluster this provider is peered with`),
+			wantEvents: []string{`Warning Forbidden spec.remoteNamespace "web-gamma" (EnforceSameName) is refused: it reads as the DefaultName of a namespace of another cluster this provider is peered with`},
+		},
+		{
+			name: "refused: DefaultName that reads as the DefaultName of a peer with a longer ID",
+			objs: []client.Object{tenant("alpha"), tenantOf("x-alpha")},
+			rn:   replica("web-x", "web-x-alpha"),
+			want: status(offloadingv1alpha1.RemoteNamespaceFailed, offloadingv1alpha1.ReasonForbidden,
+				`spec.remoteNamespace "web-x-alpha" is refused: it also reads as the DefaultName of a namespace of another cluster this provider is peered with, whose cluster ID is longer and keeps such names (rename namespace "web-x")`),
+			wantEvents: []string{`Warning Forbidden spec.remoteNamespace "web-x-alpha" is refused: it also reads as the DefaultName of a namespace of another cluster this provider is peered with, whose cluster ID is longer and keeps such names (rename namespace "web-x")`},
+		},
+		{
+			name: "refused: the consumer's bound of remote namespaces",
+			opts: Options{MaxNamespacesPerTenant: 2},
+			objs: []client.Object{tenant("alpha"),
+				namespace("a-alpha", oursPSA, map[string]string{AnnotationSourceNamespace: "a"}),
+				namespace("b-alpha", oursPSA, map[string]string{AnnotationSourceNamespace: "b"}, terminating),
+				namespace("c-gamma", map[string]string{corev1alpha1.LabelRemoteClusterID: "gamma", corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}, nil)},
+			rn: replica("web", "web-alpha"),
+			want: status(offloadingv1alpha1.RemoteNamespaceFailed, offloadingv1alpha1.ReasonQuotaExceeded,
+				"namespace web-alpha is not created: consumer alpha already has 2 remote namespaces on this provider, the most it may have (--max-remote-namespaces-per-tenant=2)"),
+			wantRequeue: true,
+			wantEvents:  []string{"Warning QuotaExceeded namespace web-alpha is not created: consumer alpha already has 2 remote namespaces on this provider, the most it may have (--max-remote-namespaces-per-tenant=2)"},
+		},
+		{
+			name:          "under the bound: created",
+			opts:          Options{MaxNamespacesPerTenant: 2},
+			objs:          []client.Object{tenant("alpha"), namespace("a-alpha", oursPSA, map[string]string{AnnotationSourceNamespace: "a"})},
+			rn:            replica("web", "web-alpha"),
+			want:          status(offloadingv1alpha1.RemoteNamespaceReady, offloadingv1alpha1.ReasonReconciled, "namespace web-alpha is ready for consumer alpha"),
+			wantFinalizer: true,
+			wantNamespace: namespace("web-alpha", oursPSA, fromWeb),
+			wantBinding:   consumerBinding("web-alpha"),
+			wantPolicies:  true,
+			wantEvents:    []string{"Normal NamespaceCreated created namespace web-alpha"},
+		},
+		{
+			name: "existing namespace: Pod Security labels, quota and LimitRange corrected",
+			objs: []client.Object{tenant("alpha"), consumerBinding("web-alpha"),
+				namespace("web-alpha", map[string]string{
+					corev1alpha1.LabelRemoteClusterID: "alpha", corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex,
+					"pod-security.kubernetes.io/enforce": "privileged", "pod-security.kubernetes.io/warn-version": "v1.25", "team": "web",
+				}, fromWeb),
+				&corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: QuotaName, Namespace: "web-alpha"},
+					Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1000000")}}},
+				&corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: LimitRangeName, Namespace: "web-alpha", Labels: oursLabels}},
+			},
+			rn:            replica("web", "web-alpha"),
+			want:          status(offloadingv1alpha1.RemoteNamespaceReady, offloadingv1alpha1.ReasonReconciled, "namespace web-alpha is ready for consumer alpha"),
+			wantFinalizer: true,
+			wantNamespace: namespace("web-alpha", func() map[string]string { l := maps.Clone(oursPSA); l["team"] = "web"; return l }(), fromWeb),
+			wantBinding:   consumerBinding("web-alpha"),
+			wantPolicies:  true,
 		},
 		{
 			name: "existing namespace of the consumer: RoleBinding repaired",
@@ -144,8 +309,9 @@ func TestReconcile(t *testing.T) {
 			rn:            replica("web", "web-alpha"),
 			want:          status(offloadingv1alpha1.RemoteNamespaceReady, offloadingv1alpha1.ReasonReconciled, "namespace web-alpha is ready for consumer alpha"),
 			wantFinalizer: true,
-			wantNamespace: namespace("web-alpha", oursLabels, fromWeb),
+			wantNamespace: namespace("web-alpha", oursPSA, fromWeb),
 			wantBinding:   consumerBinding("web-alpha"),
+			wantPolicies:  true,
 		},
 		{
 			name: "RoleBinding with another role is replaced",
@@ -157,8 +323,9 @@ func TestReconcile(t *testing.T) {
 			rn:            replica("web", "web-alpha"),
 			want:          status(offloadingv1alpha1.RemoteNamespaceReady, offloadingv1alpha1.ReasonReconciled, "namespace web-alpha is ready for consumer alpha"),
 			wantFinalizer: true,
-			wantNamespace: namespace("web-alpha", oursLabels, fromWeb),
+			wantNamespace: namespace("web-alpha", oursPSA, fromWeb),
 			wantBinding:   consumerBinding("web-alpha"),
+			wantPolicies:  true,
 		},
 		{
 			name: "refused: not a name derived from the source namespace",
@@ -261,9 +428,12 @@ func TestReconcile(t *testing.T) {
 			ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
 			c := fake.NewClientBuilder().WithScheme(s).
 				WithStatusSubresource(&offloadingv1alpha1.RemoteNamespace{}).
+				WithInterceptorFuncs(countQuotas).
 				WithObjects(append(tc.objs, tc.rn)...).Build()
 			rec := events.NewFakeRecorder(10)
-			r := New(c, rec, Options{Clock: clocktesting.NewFakePassiveClock(now)})
+			opts := tc.opts
+			opts.Clock = clocktesting.NewFakePassiveClock(now)
+			r := New(c, rec, opts)
 			req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tc.rn)}
 
 			// Twice: the second pass must change nothing and record no Event.
@@ -322,6 +492,32 @@ func TestReconcile(t *testing.T) {
 				t.Errorf("RoleBinding (-want +got):\n%s", diff)
 			}
 
+			var quota *corev1.ResourceQuota
+			var limits *corev1.LimitRange
+			if tc.wantPolicies {
+				quota, limits = wantQuota(remote, tc.opts), wantLimitRange(remote, tc.opts.EffectiveDefaultRequests())
+			}
+			gotQuota := &corev1.ResourceQuota{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: remote, Name: QuotaName}, gotQuota); err != nil {
+				if !apierrors.IsNotFound(err) {
+					t.Fatal(err)
+				}
+				gotQuota = nil
+			}
+			if diff := cmp.Diff(quota, gotQuota, ignoreMeta, cmpopts.IgnoreTypes(metav1.TypeMeta{}, corev1.ResourceQuotaStatus{})); diff != "" {
+				t.Errorf("ResourceQuota (-want +got):\n%s", diff)
+			}
+			gotLimits := &corev1.LimitRange{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: remote, Name: LimitRangeName}, gotLimits); err != nil {
+				if !apierrors.IsNotFound(err) {
+					t.Fatal(err)
+				}
+				gotLimits = nil
+			}
+			if diff := cmp.Diff(limits, gotLimits, ignoreMeta, cmpopts.IgnoreTypes(metav1.TypeMeta{})); diff != "" {
+				t.Errorf("LimitRange (-want +got):\n%s", diff)
+			}
+
 			close(rec.Events)
 			var gotEvents []string
 			for e := range rec.Events {
@@ -368,5 +564,129 @@ func TestDeletionCompletes(t *testing.T) {
 	}
 	if err := c.Get(ctx, req.NamespacedName, &offloadingv1alpha1.RemoteNamespace{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("RemoteNamespace: err = %v, want NotFound", err)
+	}
+}
+
+// TestPolicies follows a namespace's ResourceQuota and LimitRange: the
+// consumer is granted access only once the quota is counted, both are
+// recreated after their deletion, and the tenant namespace gets its quota.
+func TestPolicies(t *testing.T) {
+	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).
+		WithStatusSubresource(&offloadingv1alpha1.RemoteNamespace{}).
+		WithObjects(tenant("alpha"), replica("web", "web-alpha")).Build()
+	r := New(c, events.NewFakeRecorder(10), Options{Clock: clocktesting.NewFakePassiveClock(now), MaxNamespacesPerTenant: 7})
+	req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: tenantNS, Name: "web"}}
+	reconcileOnce := func() offloadingv1alpha1.RemoteNamespaceStatus {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, req); err != nil {
+			t.Fatalf("Reconcile() error = %v", err)
+		}
+		got := &offloadingv1alpha1.RemoteNamespace{}
+		if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Status
+	}
+
+	// The quota is not counted yet: no RoleBinding.
+	want := status(offloadingv1alpha1.RemoteNamespacePending, offloadingv1alpha1.ReasonPending,
+		"namespace web-alpha is created; waiting for the cluster to count its ResourceQuota annex-tenant-quota before the consumer may write there")
+	if diff := cmp.Diff(want, reconcileOnce()); diff != "" {
+		t.Errorf("status before the quota is counted (-want +got):\n%s", diff)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: RoleBindingName}, &rbacv1.RoleBinding{}); !apierrors.IsNotFound(err) {
+		t.Errorf("RoleBinding before the quota is counted: err = %v, want NotFound", err)
+	}
+
+	// Counted: Ready.
+	q := &corev1.ResourceQuota{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: QuotaName}, q); err != nil {
+		t.Fatal(err)
+	}
+	count(q)
+	if err := c.Update(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	want = status(offloadingv1alpha1.RemoteNamespaceReady, offloadingv1alpha1.ReasonReconciled, "namespace web-alpha is ready for consumer alpha")
+	if diff := cmp.Diff(want, reconcileOnce()); diff != "" {
+		t.Errorf("status once the quota is counted (-want +got):\n%s", diff)
+	}
+
+	// Deleted: recreated. The consumer keeps its access meanwhile.
+	for _, o := range []client.Object{
+		&corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: "web-alpha", Name: QuotaName}},
+		&corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Namespace: "web-alpha", Name: LimitRangeName}},
+	} {
+		if err := c.Delete(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff(want, reconcileOnce()); diff != "" {
+		t.Errorf("status after the quota's deletion (-want +got):\n%s", diff)
+	}
+	gotQuota := &corev1.ResourceQuota{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: QuotaName}, gotQuota); err != nil {
+		t.Fatalf("ResourceQuota after its deletion: %v", err)
+	}
+	if diff := cmp.Diff(DefaultObjectQuota(), gotQuota.Spec.Hard); diff != "" {
+		t.Errorf("recreated quota (-want +got):\n%s", diff)
+	}
+	gotLimits := &corev1.LimitRange{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: LimitRangeName}, gotLimits); err != nil {
+		t.Fatalf("LimitRange after its deletion: %v", err)
+	}
+	if diff := cmp.Diff(wantLimitRange("web-alpha", DefaultRequests()), gotLimits, ignoreMeta, cmpopts.IgnoreTypes(metav1.TypeMeta{})); diff != "" {
+		t.Errorf("recreated LimitRange (-want +got):\n%s", diff)
+	}
+
+	// The tenant namespace's quota bounds RemoteNamespaces at twice the
+	// bound of remote namespaces.
+	tenantQuota := &corev1.ResourceQuota{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: tenantNS, Name: QuotaName}, tenantQuota); err != nil {
+		t.Fatalf("tenant namespace's ResourceQuota: %v", err)
+	}
+	wantHard := corev1.ResourceList{ResourceRemoteNamespaces: resource.MustParse("14"), ResourceResourceSlices: resource.MustParse("20")}
+	if diff := cmp.Diff(wantHard, tenantQuota.Spec.Hard); diff != "" {
+		t.Errorf("tenant namespace's quota (-want +got):\n%s", diff)
+	}
+
+	// No default requests: the LimitRange goes.
+	r.opts.DefaultRequests = corev1.ResourceList{}
+	reconcileOnce()
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: LimitRangeName}, &corev1.LimitRange{}); !apierrors.IsNotFound(err) {
+		t.Errorf("LimitRange without default requests: err = %v, want NotFound", err)
+	}
+}
+
+// TestRecount: a quota the quota controller counted without the usage of
+// some kinds (it did not know them yet) is created again, and the consumer
+// is not granted access meanwhile.
+func TestRecount(t *testing.T) {
+	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
+	partial := wantQuota("web-alpha", Options{})
+	count(partial)
+	delete(partial.Status.Used, ResourceShadowPods)
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).
+		WithStatusSubresource(&offloadingv1alpha1.RemoteNamespace{}).
+		WithObjects(tenant("alpha"), namespace("web-alpha", oursPSA, fromWeb), partial, replica("web", "web-alpha")).Build()
+	r := New(c, events.NewFakeRecorder(10), Options{Clock: clocktesting.NewFakePassiveClock(now)})
+	req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: tenantNS, Name: "web"}}
+	res, err := r.Reconcile(ctx, req)
+	if err != nil || res.RequeueAfter == 0 {
+		t.Fatalf("Reconcile() = %+v, %v; want a requeue", res, err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(partial), &corev1.ResourceQuota{}); !apierrors.IsNotFound(err) {
+		t.Errorf("quota counted in part: err = %v, want NotFound (deleted to be created again)", err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: RoleBindingName}, &rbacv1.RoleBinding{}); !apierrors.IsNotFound(err) {
+		t.Errorf("RoleBinding: err = %v, want NotFound", err)
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	q := &corev1.ResourceQuota{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(partial), q); err != nil {
+		t.Fatalf("quota not created again: %v", err)
 	}
 }

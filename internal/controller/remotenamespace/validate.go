@@ -67,3 +67,42 @@ func Owner(ns *corev1.Namespace, consumer, source string) (bool, string) {
 	}
 	return true, ""
 }
+
+// ValidateNewName checks, beyond ValidateRequest, whether the namespace
+// remote that consumer asks for (for its namespace source) may be created on
+// this provider; peers are the cluster IDs of this provider's peers (the
+// tenant namespaces), consumer's included or not. It returns "" when it may,
+// otherwise a message naming the rule. An existing namespace that is already
+// the consumer's (Owner) is kept without this check: these rules decide who
+// gets a name first, not who keeps one.
+//
+// The rules:
+//   - EnforceSameName (remote == source) only with allowSameName
+//     (--allow-same-name-namespaces).
+//   - A name never reads as another peer's DefaultName. DefaultName names
+//     "<source>-<C>" are ambiguous when cluster IDs end alike: consumer "c"
+//     with namespace "a-b" and consumer "b-c" with namespace "a" both ask
+//     for "a-b-c". Such a name belongs to the peer with the longer ID ("b-c"
+//     here, for which it is the plain reading): the peer with the shorter
+//     one is refused. An EnforceSameName name ending in "-<peer>" is refused
+//     for every other peer.
+func ValidateNewName(source, remote, consumer string, allowSameName bool, peers []string) string {
+	sameName := remote == source
+	if sameName && !allowSameName {
+		return fmt.Sprintf("spec.remoteNamespace %q (EnforceSameName) is not allowed on this provider (it was not started with --allow-same-name-namespaces): ask for %q (DefaultName)",
+			remote, source+"-"+consumer)
+	}
+	for _, p := range peers {
+		if p == consumer || !strings.HasSuffix(remote, "-"+p) || len(remote) == len(p)+1 {
+			continue
+		}
+		if sameName {
+			return fmt.Sprintf("spec.remoteNamespace %q (EnforceSameName) is refused: it reads as the DefaultName of a namespace of another cluster this provider is peered with", remote)
+		}
+		if len(p) > len(consumer) {
+			return fmt.Sprintf("spec.remoteNamespace %q is refused: it also reads as the DefaultName of a namespace of another cluster this provider is peered with, whose cluster ID is longer and keeps such names (rename namespace %q)",
+				remote, source)
+		}
+	}
+	return ""
+}

@@ -69,3 +69,33 @@ func TestOwner(t *testing.T) {
 		})
 	}
 }
+
+func TestValidateNewName(t *testing.T) {
+	peers := []string{"alpha", "x-alpha", "gamma", "lpha"}
+	tests := []struct {
+		name, consumer, source, remote string
+		allowSameName                  bool
+		want                           string // substring of the message; "" means accepted
+	}{
+		{name: "DefaultName", consumer: "alpha", source: "web", remote: "web-alpha"},
+		{name: "DefaultName of the longer ID", consumer: "x-alpha", source: "web", remote: "web-x-alpha"},
+		{name: "DefaultName that reads as the longer ID's", consumer: "alpha", source: "web-x", remote: "web-x-alpha",
+			want: `spec.remoteNamespace "web-x-alpha" is refused: it also reads as the DefaultName of a namespace of another cluster this provider is peered with, whose cluster ID is longer`},
+		{name: "a suffix without a dash is no reading", consumer: "alpha", source: "web", remote: "web-alpha"},
+		{name: "the peer's ID alone is no DefaultName", consumer: "alpha", source: "x", remote: "x-alpha"},
+		{name: "EnforceSameName refused by default", consumer: "alpha", source: "web", remote: "web",
+			want: `spec.remoteNamespace "web" (EnforceSameName) is not allowed on this provider (it was not started with --allow-same-name-namespaces): ask for "web-alpha" (DefaultName)`},
+		{name: "EnforceSameName allowed", consumer: "alpha", source: "monitoring", remote: "monitoring", allowSameName: true},
+		{name: "EnforceSameName of another peer's DefaultName", consumer: "alpha", source: "web-gamma", remote: "web-gamma", allowSameName: true,
+			want: `(EnforceSameName) is refused: it reads as the DefaultName of a namespace of another cluster`},
+		{name: "EnforceSameName of the consumer's own DefaultName form", consumer: "alpha", source: "web-alpha", remote: "web-alpha", allowSameName: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ValidateNewName(tc.source, tc.remote, tc.consumer, tc.allowSameName, peers)
+			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+				t.Errorf("ValidateNewName(%q, %q, %q) = %q, want %q", tc.source, tc.remote, tc.consumer, got, tc.want)
+			}
+		})
+	}
+}
