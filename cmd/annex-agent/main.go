@@ -155,6 +155,7 @@ func run() error {
 		}
 		vnOpts.KubeletPort = kubeletOpts.Port
 	}
+	endpointOpts.LocalCIDRs = shadowendpointslice.IdentityRanges(id)
 	netView := netview.New(mgr.GetClient())
 	vnOpts.PodIPTranslator = netView.PodIP
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
