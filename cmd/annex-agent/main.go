@@ -176,6 +176,7 @@ func run() error {
 		}
 		vnOpts.KubeletPort = kubeletOpts.Port
 	}
+	endpointOpts.LocalCIDRs = shadowendpointslice.IdentityRanges(id)
 	netView := netview.New(mgr.GetClient())
 	netView.SetLocalRanges(parsePrefixes(id.PodCIDR, id.ServiceCIDR, id.ExternalCIDR)...)
 	remoteNSOpts.Reader = mgr.GetAPIReader()

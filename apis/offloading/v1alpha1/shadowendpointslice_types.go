@@ -44,16 +44,44 @@ type ShadowEndpointSliceSpec struct {
 	Template EndpointSliceTemplate `json:"template"`
 }
 
+// ShadowEndpointSlice condition types and reasons.
+const (
+	// ConditionAddressesAllowed is True when every endpoint address of the
+	// template belongs to the consumer in the provider's view (its pod CIDR
+	// or external CIDR as mapped there, outside the provider's own ranges),
+	// False when endpoints were left out of the real EndpointSlice because
+	// of their addresses (status.refusedEndpoints says how many).
+	ConditionAddressesAllowed = "AddressesAllowed"
+	// ReasonInConsumerRanges: every address is the consumer's.
+	ReasonInConsumerRanges = "InConsumerRanges"
+	// ReasonOutsideConsumerRanges: some addresses are not the consumer's;
+	// the message names the first ones and why.
+	ReasonOutsideConsumerRanges = "OutsideConsumerRanges"
+	// ReasonNoNetworkLink: the provider has no usable network link with the
+	// consumer (no NetworkConfiguration, or its mapping is not decided),
+	// so it knows no range of the consumer's and publishes no endpoint.
+	ReasonNoNetworkLink = "NoNetworkLink"
+)
+
 // ShadowEndpointSliceStatus is the observed state of the real EndpointSlice.
 type ShadowEndpointSliceStatus struct {
 	// conditions holds Ready: True when the real EndpointSlice matches the
-	// template; reason InvalidDirectConnections when entries of the
-	// annex.dev/direct-connections-data annotation were rejected.
+	// template (less the endpoints left out), False with reason Forbidden,
+	// CreationFailed or NoNetworkLink; and AddressesAllowed: False with
+	// reason OutsideConsumerRanges or NoNetworkLink when endpoints were left
+	// out because of their addresses.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=16
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// refusedEndpoints is how many endpoints of the template were left out
+	// of the real EndpointSlice because an address is not the consumer's
+	// (see condition AddressesAllowed).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RefusedEndpoints int32 `json:"refusedEndpoints,omitempty"`
 }
 
 // ShadowEndpointSlice carries endpoints of a consumer Service to a provider.
@@ -66,6 +94,7 @@ type ShadowEndpointSliceStatus struct {
 // +kubebuilder:resource:scope=Namespaced,shortName=seps,categories=annex
 // +kubebuilder:printcolumn:name="AddressType",type=string,JSONPath=`.spec.template.addressType`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Refused",type=integer,JSONPath=`.status.refusedEndpoints`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ShadowEndpointSlice struct {
 	metav1.TypeMeta `json:",inline"`

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
@@ -66,9 +68,12 @@ func (serviceReflector) object() client.Object { return &corev1.Service{} }
 
 // reflectService reports whether a local Service is reflected. The
 // default/kubernetes Service points at this cluster's API server and every
-// cluster has its own.
+// cluster has its own. An ExternalName Service is not reflected: it is a DNS
+// alias that would point the provider's own DNS wherever the consumer says
+// (see reportExternalNames).
 func reflectService(s *corev1.Service) bool {
-	return reflectable(s) && !(s.Namespace == metav1.NamespaceDefault && s.Name == "kubernetes")
+	return reflectable(s) && !(s.Namespace == metav1.NamespaceDefault && s.Name == "kubernetes") &&
+		s.Spec.Type != corev1.ServiceTypeExternalName
 }
 
 func (serviceReflector) list(ctx context.Context, r *Reconciler, ns string) ([]client.Object, error) {
@@ -76,7 +81,49 @@ func (serviceReflector) list(ctx context.Context, r *Reconciler, ns string) ([]c
 	if err := r.reader.List(ctx, list, client.InNamespace(ns)); err != nil {
 		return nil, err
 	}
+	r.reportExternalNames(ns, list.Items)
 	return pointers(list.Items, reflectService), nil
+}
+
+// ReasonExternalNameNotReflected is the reason of the Warning Event recorded
+// on a local ExternalName Service, which is never reflected.
+const ReasonExternalNameNotReflected = "ExternalNameNotReflected"
+
+// reportExternalNames records a Warning Event on every ExternalName Service
+// of namespace ns that would otherwise be reflected, once per Service and
+// generation.
+func (r *Reconciler) reportExternalNames(ns string, services []corev1.Service) {
+	now := map[string]externalName{}
+	var report []*corev1.Service
+	r.mu.Lock()
+	seen := r.externalNames[ns]
+	for i := range services {
+		s := &services[i]
+		if s.Spec.Type != corev1.ServiceTypeExternalName || !reflectable(s) {
+			continue
+		}
+		en := externalName{uid: s.UID, generation: s.Generation}
+		now[s.Name] = en
+		if seen[s.Name] != en {
+			report = append(report, s)
+		}
+	}
+	if len(now) == 0 {
+		delete(r.externalNames, ns)
+	} else {
+		r.externalNames[ns] = now
+	}
+	r.mu.Unlock()
+	for _, s := range report {
+		r.recorder.Eventf(s, nil, corev1.EventTypeWarning, ReasonExternalNameNotReflected, "Reflect",
+			"Service %s/%s is of type ExternalName: not reflected to providers (a provider only accepts ClusterIP and headless Services from its consumers); pods offloaded there cannot resolve it",
+			s.Namespace, s.Name)
+	}
+}
+
+type externalName struct {
+	uid        types.UID
+	generation int64
 }
 
 func (serviceReflector) listRemote(ctx context.Context, c client.Client, ns string) ([]client.Object, error) {
@@ -91,73 +138,90 @@ func (serviceReflector) desired(_ context.Context, _ *Reconciler, _ string, o cl
 	return remoteService(o.(*corev1.Service))
 }
 
-// remoteService returns the remote copy of s: its spec without selector and
-// without what the API server allocates. A headless Service stays headless.
+// remoteService returns the remote copy of s. A provider only accepts
+// ClusterIP and headless Services from its consumers, so the copy is built
+// from an allow-list of fields: type ClusterIP whatever the local type (a
+// NodePort or LoadBalancer Service is exposed outside by the consumer, not
+// by its providers), headless when s is, its ports without node ports, and
+// its session affinity, publishNotReadyAddresses, internal traffic policy and
+// traffic distribution. Everything else is left out: the selector (the
+// provider's EndpointSlice controller must leave the copy alone), what the
+// API server allocates (cluster IPs, IP families: the provider picks those
+// its network supports), and what exposes a Service outside its cluster
+// (externalIPs, load-balancer fields, externalTrafficPolicy, node ports,
+// healthCheckNodePort). The annotations are s's but the ones that configure
+// load balancers or external DNS (see copiedServiceAnnotations).
 func remoteService(s *corev1.Service) *corev1.Service {
-	out := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Labels: copiedLabels(s), Annotations: copiedAnnotations(s)},
-		Spec:       *s.Spec.DeepCopy(),
+	in := s.Spec.DeepCopy()
+	spec := corev1.ServiceSpec{
+		Type:                     corev1.ServiceTypeClusterIP,
+		Ports:                    in.Ports,
+		SessionAffinity:          in.SessionAffinity,
+		SessionAffinityConfig:    in.SessionAffinityConfig,
+		PublishNotReadyAddresses: in.PublishNotReadyAddresses,
+		InternalTrafficPolicy:    in.InternalTrafficPolicy,
+		TrafficDistribution:      in.TrafficDistribution,
 	}
-	spec := &out.Spec
-	spec.Selector = nil
-	if s.Spec.ClusterIP == corev1.ClusterIPNone {
+	if in.ClusterIP == corev1.ClusterIPNone {
 		spec.ClusterIP, spec.ClusterIPs = corev1.ClusterIPNone, []string{corev1.ClusterIPNone}
-	} else {
-		spec.ClusterIP, spec.ClusterIPs = "", nil
 	}
-	// The provider picks the IP families its own network supports.
-	spec.IPFamilies, spec.IPFamilyPolicy = nil, nil
-	spec.HealthCheckNodePort = 0
 	for i := range spec.Ports {
 		spec.Ports[i].NodePort = 0
 	}
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Labels: copiedLabels(s), Annotations: copiedServiceAnnotations(s)},
+		Spec:       spec,
+	}
+}
+
+// copiedServiceAnnotations returns the annotations of s that go to its
+// remote copy: copiedAnnotations without those whose key names a load
+// balancer ("load-balancer" or "loadbalancer" in any case, as cloud
+// providers and MetalLB spell them) or belongs to external-dns: both would
+// make the provider expose the Service outside.
+func copiedServiceAnnotations(s *corev1.Service) map[string]string {
+	out := copiedAnnotations(s)
+	for k := range out {
+		if exposingAnnotation(k) {
+			delete(out, k)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
 	return out
+}
+
+// exposingAnnotation reports whether a Service annotation key configures
+// exposure outside the cluster.
+func exposingAnnotation(key string) bool {
+	k := strings.ToLower(key)
+	return strings.Contains(k, "load-balancer") || strings.Contains(k, "loadbalancer") ||
+		strings.HasPrefix(k, "external-dns.alpha.kubernetes.io/")
 }
 
 func (serviceReflector) apply(d, r client.Object) (client.Object, bool) {
 	return applyService(d.(*corev1.Service), r.(*corev1.Service))
 }
 
-// applyService returns remote with desired's spec, keeping what the
-// provider's API server allocated for remote as long as the type still needs
-// it (as the API server itself does on update), so that a copy that is up to
-// date compares equal.
+// applyService returns remote with desired's spec, keeping the cluster IPs
+// and IP families the provider's API server allocated for remote (as the API
+// server itself does on update), so that a copy that is up to date compares
+// equal. A copy of another type (made by an older Annex) becomes ClusterIP:
+// what only that type had is dropped with it.
 func applyService(desired, remote *corev1.Service) (*corev1.Service, bool) {
 	spec := *desired.Spec.DeepCopy()
 	cur := remote.Spec
-	if needsClusterIP(spec.Type) && needsClusterIP(cur.Type) {
+	if cur.Type != corev1.ServiceTypeExternalName {
 		if (spec.ClusterIP == corev1.ClusterIPNone) != (cur.ClusterIP == corev1.ClusterIPNone) {
 			return nil, true // headless or not is immutable
 		}
 		spec.ClusterIP, spec.ClusterIPs = cur.ClusterIP, cur.ClusterIPs
 		spec.IPFamilies, spec.IPFamilyPolicy = cur.IPFamilies, cur.IPFamilyPolicy
 	}
-	if needsNodePorts(spec.Type) && needsNodePorts(cur.Type) {
-		for i := range spec.Ports {
-			for _, p := range cur.Ports {
-				if p.Port == spec.Ports[i].Port && p.Protocol == spec.Ports[i].Protocol {
-					spec.Ports[i].NodePort = p.NodePort
-					break
-				}
-			}
-		}
-	}
-	if needsHealthCheckNodePort(&spec) && needsHealthCheckNodePort(&cur) {
-		spec.HealthCheckNodePort = cur.HealthCheckNodePort
-	}
 	out := remote.DeepCopy()
 	out.Spec = spec
 	return out, false
-}
-
-func needsClusterIP(t corev1.ServiceType) bool { return t != corev1.ServiceTypeExternalName }
-
-func needsNodePorts(t corev1.ServiceType) bool {
-	return t == corev1.ServiceTypeNodePort || t == corev1.ServiceTypeLoadBalancer
-}
-
-func needsHealthCheckNodePort(s *corev1.ServiceSpec) bool {
-	return s.Type == corev1.ServiceTypeLoadBalancer && s.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 }
 
 // ConfigMaps.

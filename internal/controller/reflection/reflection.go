@@ -4,10 +4,16 @@
 // namespace of every provider whose entry in the NamespaceOffloading's
 // status.remoteNamespaces is Ready:
 //
-//   - a Service becomes a Service of the same name without its selector (the
-//     provider's own EndpointSlice controller must leave it alone) and without
-//     the fields the API server allocates (cluster IPs, IP families, node
-//     ports, health-check node port);
+//   - a Service becomes a Service of the same name of type ClusterIP
+//     (headless if it is), whatever its type here: a provider accepts
+//     nothing else from a consumer, and exposing an offloaded Service outside
+//     is this cluster's business. The copy has no selector (the provider's
+//     own EndpointSlice controller must leave it alone), none of the fields
+//     the API server allocates (cluster IPs, IP families, node ports) and
+//     none that expose a Service outside its cluster (externalIPs,
+//     load-balancer fields and annotations, externalTrafficPolicy,
+//     healthCheckNodePort). ExternalName Services are not reflected (a
+//     Warning Event on the Service says so);
 //   - a ConfigMap or Secret becomes a copy of its data, type and
 //     immutability. The kube-root-ca.crt ConfigMap and service-account-token
 //     Secrets are never reflected: every cluster has its own;
@@ -161,6 +167,9 @@ type Reconciler struct {
 	// conflicts remembers the conflicts already reported, so that a
 	// persistent conflict yields one Event, not one per reconcile.
 	conflicts map[conflictScope]map[string]types.UID
+	// externalNames remembers, per namespace, the ExternalName Services
+	// already reported as not reflected.
+	externalNames map[string]map[string]externalName
 }
 
 type conflictScope struct {
@@ -199,6 +208,7 @@ func New(local client.Client, remotes Remotes, localClusterID string, opts Optio
 		recorder:       opts.Recorder,
 		reflectors:     map[Kind]reflector{},
 		conflicts:      map[conflictScope]map[string]types.UID{},
+		externalNames:  map[string]map[string]externalName{},
 	}
 	if opts.LiveReader != nil {
 		r.live = opts.LiveReader

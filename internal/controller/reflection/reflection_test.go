@@ -29,31 +29,52 @@ func TestRemoteService(t *testing.T) {
 		s.Spec.Type = corev1.ServiceTypeNodePort
 		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
 		s.Spec.Ports[0].NodePort = 30080
+		s.Spec.ExternalIPs = []string{"192.0.2.7"}
 		return s
 	}
 	lb := func() *corev1.Service {
 		s := nodePort()
 		s.Name = "lb"
+		s.Annotations = map[string]string{
+			"service.beta.kubernetes.io/aws-load-balancer-type":      "nlb",
+			"cloud.google.com/load-balancer-type":                    "Internal",
+			"metallb.universe.tf/loadBalancerIPs":                    "192.0.2.9",
+			"service.beta.kubernetes.io/azure-LoadBalancer-internal": "true",
+			"external-dns.alpha.kubernetes.io/hostname":              "web.example.com",
+			"prometheus.io/scrape":                                   "true",
+		}
 		s.Spec.Type = corev1.ServiceTypeLoadBalancer
 		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 		s.Spec.HealthCheckNodePort = 31000
 		s.Spec.AllocateLoadBalancerNodePorts = ptrTo(true)
+		s.Spec.LoadBalancerIP = "192.0.2.8"
+		s.Spec.LoadBalancerSourceRanges = []string{"0.0.0.0/0"}
+		s.Spec.LoadBalancerClass = ptrTo("example.com/lb")
 		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.1"}}
 		return s
 	}
 	headless := func() *corev1.Service {
 		s := service(ns, "db", nil)
 		s.Spec.ClusterIP, s.Spec.ClusterIPs = corev1.ClusterIPNone, []string{corev1.ClusterIPNone}
+		s.Spec.PublishNotReadyAddresses = true
 		return s
 	}
-	external := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext"},
-		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"},
+	affinity := func() *corev1.Service {
+		s := service(ns, "sticky", nil)
+		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptrTo[int32](60)}}
+		s.Spec.TrafficDistribution = ptrTo(corev1.ServiceTrafficDistributionPreferClose)
+		s.Spec.Ports[0].AppProtocol = ptrTo("http")
+		return s
 	}
 	clusterIP := service(ns, "web", map[string]string{
 		"note": "keep", "kubectl.kubernetes.io/last-applied-configuration": "{}",
 	})
 	ports := []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}
+	clusterIPSpec := corev1.ServiceSpec{
+		Type: corev1.ServiceTypeClusterIP, SessionAffinity: corev1.ServiceAffinityNone,
+		InternalTrafficPolicy: ptrTo(corev1.ServiceInternalTrafficPolicyCluster), Ports: ports,
+	}
 
 	tests := []struct {
 		name string
@@ -64,51 +85,45 @@ func TestRemoteService(t *testing.T) {
 		in:   clusterIP,
 		want: &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"note": "keep"}},
-			Spec: corev1.ServiceSpec{
-				Type: corev1.ServiceTypeClusterIP, SessionAffinity: corev1.ServiceAffinityNone,
-				InternalTrafficPolicy: ptrTo(corev1.ServiceInternalTrafficPolicyCluster), Ports: ports,
-			},
+			Spec:       clusterIPSpec,
 		},
 	}, {
-		name: "NodePort keeps its type, not its node ports",
+		name: "NodePort becomes ClusterIP: no node ports, externalIPs or externalTrafficPolicy",
 		in:   nodePort(),
 		want: &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: "np", Labels: map[string]string{"app": "np"}},
-			Spec: corev1.ServiceSpec{
-				Type: corev1.ServiceTypeNodePort, SessionAffinity: corev1.ServiceAffinityNone,
-				ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyCluster,
-				InternalTrafficPolicy: ptrTo(corev1.ServiceInternalTrafficPolicyCluster), Ports: ports,
-			},
+			Spec:       clusterIPSpec,
 		},
 	}, {
-		name: "LoadBalancer keeps its type, not its node ports, health-check node port or status",
+		name: "LoadBalancer becomes ClusterIP: no load-balancer fields, annotations or status",
 		in:   lb(),
 		want: &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: "lb", Labels: map[string]string{"app": "np"}},
-			Spec: corev1.ServiceSpec{
-				Type: corev1.ServiceTypeLoadBalancer, SessionAffinity: corev1.ServiceAffinityNone,
-				ExternalTrafficPolicy:         corev1.ServiceExternalTrafficPolicyLocal,
-				AllocateLoadBalancerNodePorts: ptrTo(true),
-				InternalTrafficPolicy:         ptrTo(corev1.ServiceInternalTrafficPolicyCluster), Ports: ports,
-			},
+			ObjectMeta: metav1.ObjectMeta{Name: "lb", Labels: map[string]string{"app": "np"}, Annotations: map[string]string{"prometheus.io/scrape": "true"}},
+			Spec:       clusterIPSpec,
 		},
 	}, {
-		name: "headless stays headless",
+		name: "headless stays headless, publishNotReadyAddresses kept",
 		in:   headless(),
 		want: &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: "db", Labels: map[string]string{"app": "db"}},
 			Spec: corev1.ServiceSpec{
 				Type: corev1.ServiceTypeClusterIP, ClusterIP: corev1.ClusterIPNone, ClusterIPs: []string{corev1.ClusterIPNone},
-				SessionAffinity:       corev1.ServiceAffinityNone,
+				SessionAffinity: corev1.ServiceAffinityNone, PublishNotReadyAddresses: true,
 				InternalTrafficPolicy: ptrTo(corev1.ServiceInternalTrafficPolicyCluster), Ports: ports,
 			},
 		},
 	}, {
-		name: "ExternalName is copied",
-		in:   external,
+		name: "session affinity, traffic distribution and appProtocol kept",
+		in:   affinity(),
 		want: &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: "ext"},
-			Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"},
+			ObjectMeta: metav1.ObjectMeta{Name: "sticky", Labels: map[string]string{"app": "sticky"}},
+			Spec: corev1.ServiceSpec{
+				Type: corev1.ServiceTypeClusterIP, SessionAffinity: corev1.ServiceAffinityClientIP,
+				SessionAffinityConfig: &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptrTo[int32](60)}},
+				TrafficDistribution:   ptrTo(corev1.ServiceTrafficDistributionPreferClose),
+				InternalTrafficPolicy: ptrTo(corev1.ServiceInternalTrafficPolicyCluster),
+				Ports:                 []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, AppProtocol: ptrTo("http")}},
+			},
 		},
 	}}
 	for _, tc := range tests {
@@ -121,8 +136,35 @@ func TestRemoteService(t *testing.T) {
 			if diff := cmp.Diff(tc.in, in); diff != "" {
 				t.Errorf("the local Service was modified (-before +after):\n%s", diff)
 			}
+			if msg := providerRefuses(got); msg != "" {
+				t.Errorf("a provider would refuse the copy: %s", msg)
+			}
 		})
 	}
+}
+
+// providerRefuses returns why a provider's admission (ClusterIP or headless
+// Services only, nothing that exposes them outside) would refuse s, or "".
+func providerRefuses(s *corev1.Service) string {
+	sp := s.Spec
+	switch {
+	case sp.Type != "" && sp.Type != corev1.ServiceTypeClusterIP:
+		return "type " + string(sp.Type)
+	case len(sp.ExternalIPs) > 0, sp.LoadBalancerIP != "", len(sp.LoadBalancerSourceRanges) > 0, sp.LoadBalancerClass != nil,
+		sp.ExternalTrafficPolicy != "", sp.HealthCheckNodePort != 0, sp.AllocateLoadBalancerNodePorts != nil, sp.ExternalName != "":
+		return "an exposing field is set"
+	}
+	for _, p := range sp.Ports {
+		if p.NodePort != 0 {
+			return "a node port is set"
+		}
+	}
+	for k := range s.Annotations {
+		if exposingAnnotation(k) {
+			return "annotation " + k
+		}
+	}
+	return ""
 }
 
 // allocated returns s as the provider's API server stores it.
@@ -136,31 +178,34 @@ func allocated(s *corev1.Service, ip string, nodePort int32) *corev1.Service {
 		out.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
 		out.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicySingleStack)
 	}
-	if needsNodePorts(out.Spec.Type) {
+	if out.Spec.Type == corev1.ServiceTypeNodePort || out.Spec.Type == corev1.ServiceTypeLoadBalancer {
 		for i := range out.Spec.Ports {
 			out.Spec.Ports[i].NodePort = nodePort + int32(i)
 		}
 	}
-	if needsHealthCheckNodePort(&out.Spec) {
+	if out.Spec.Type == corev1.ServiceTypeLoadBalancer && out.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
 		out.Spec.HealthCheckNodePort = 32000
 	}
 	return out
 }
 
 func TestApplyService(t *testing.T) {
+	// asType is a copy of s as an older Annex reflected it, keeping its type.
 	asType := func(s *corev1.Service, typ corev1.ServiceType) *corev1.Service {
 		s = s.DeepCopy()
 		s.Spec.Type = typ
 		if typ != corev1.ServiceTypeClusterIP {
 			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 		}
+		if typ == corev1.ServiceTypeLoadBalancer {
+			s.Spec.AllocateLoadBalancerNodePorts = ptrTo(true)
+			s.Spec.LoadBalancerClass = ptrTo("example.com/lb")
+		}
 		return s
 	}
 	web := remoteService(service(ns, "web", nil))
 	headless := web.DeepCopy()
 	headless.Spec.ClusterIP, headless.Spec.ClusterIPs = corev1.ClusterIPNone, []string{corev1.ClusterIPNone}
-	morePorts := asType(web, corev1.ServiceTypeNodePort)
-	morePorts.Spec.Ports = append(morePorts.Spec.Ports, corev1.ServicePort{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP})
 
 	tests := []struct {
 		name         string
@@ -173,27 +218,30 @@ func TestApplyService(t *testing.T) {
 		desired: web,
 		remote:  allocated(web, "10.100.0.5", 0),
 	}, {
-		name:    "up to date LoadBalancer: node ports and health-check node port kept",
-		desired: asType(web, corev1.ServiceTypeLoadBalancer),
-		remote:  allocated(asType(web, corev1.ServiceTypeLoadBalancer), "10.100.0.5", 30000),
-	}, {
 		name:    "up to date headless",
 		desired: headless,
 		remote:  allocated(headless, "", 0),
 	}, {
-		name:    "a new port gets no node port (the provider allocates it), existing ones keep theirs",
-		desired: morePorts,
-		remote:  allocated(asType(web, corev1.ServiceTypeNodePort), "10.100.0.5", 30000),
-		want: func() *corev1.Service {
-			s := allocated(morePorts, "10.100.0.5", 30000)
-			s.Spec.Ports[1].NodePort = 0
-			return s
-		}(),
-	}, {
-		name:    "NodePort to ClusterIP drops the node ports",
+		name:    "an older NodePort copy becomes ClusterIP without its node ports",
 		desired: web,
 		remote:  allocated(asType(web, corev1.ServiceTypeNodePort), "10.100.0.5", 30000),
 		want:    allocated(web, "10.100.0.5", 0),
+	}, {
+		name:    "an older LoadBalancer copy becomes ClusterIP without its load-balancer fields",
+		desired: web,
+		remote:  allocated(asType(web, corev1.ServiceTypeLoadBalancer), "10.100.0.5", 30000),
+		want:    allocated(web, "10.100.0.5", 0),
+	}, {
+		name:    "an older ExternalName copy becomes ClusterIP (the provider allocates its IP)",
+		desired: web,
+		remote: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "uid-remote", ResourceVersion: "7"},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}},
+		want: func() *corev1.Service {
+			s := web.DeepCopy()
+			s.UID, s.ResourceVersion = "uid-remote", "7"
+			s.Labels = nil
+			return s
+		}(),
 	}, {
 		name: "a changed port is written",
 		desired: func() *corev1.Service {
@@ -369,10 +417,24 @@ func TestReconcileServices(t *testing.T) {
 	np.Spec.Ports[0].NodePort = 30001
 	private := service(ns, "private", skip())
 	kubernetes := service(metav1.NamespaceDefault, "kubernetes", nil)
+	ext := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext", Generation: 1},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "metadata.google.internal"},
+	}
+	// An ExternalName copy an older Annex made: it goes.
+	oldExt := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: remoteNS, Name: "ext", Labels: ours(nil)},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "metadata.google.internal"},
+	}
 
-	w := newWorld(t, []client.Object{nso(ready(beta)), fc(beta, false), web, np, private, kubernetes},
-		map[string][]client.Object{beta: nil})
+	w := newWorld(t, []client.Object{nso(ready(beta)), fc(beta, false), web, np, private, kubernetes, ext},
+		map[string][]client.Object{beta: {oldExt}})
 	w.reconcile(KindService)
+	wantEvents := []string{"Warning ExternalNameNotReflected Service " + ns + "/ext is of type ExternalName: not reflected to providers " +
+		"(a provider only accepts ClusterIP and headless Services from its consumers); pods offloaded there cannot resolve it"}
+	if diff := cmp.Diff(wantEvents, w.events()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
 
 	own := func(s *corev1.Service) *corev1.Service {
 		s.Namespace = remoteNS
@@ -401,6 +463,9 @@ func TestReconcileServices(t *testing.T) {
 	w.reconcile(KindService)
 	if n := w.writes[beta].count() - before; n != 0 {
 		t.Errorf("reconcile after allocation wrote %d times, want 0", n)
+	}
+	if got := w.events(); len(got) != 0 {
+		t.Errorf("the ExternalName Service was reported again: %q", got)
 	}
 }
 

@@ -9,35 +9,60 @@
 // handled. The real slice has the template's labels plus
 // endpointslice.kubernetes.io/managed-by=annex.dev (so Kubernetes' own
 // EndpointSlice controller leaves it alone), and must carry
-// kubernetes.io/service-name; its address type, ports and endpoints are the
-// template's, except that endpoints whose address is the pod IP of an
-// unfinished pod in the same namespace on this cluster are dropped (the
-// consumer's pods offloaded here: Kubernetes already publishes them for the
-// reflected Service), and the fields naming the consumer's nodes and pods
-// (nodeName, targetRef, hints, deprecatedTopology) are cleared. The number
-// of endpoints is bounded by the CRD (1000, as on an EndpointSlice).
+// kubernetes.io/service-name; its address type and ports are the
+// template's (at most 1000 endpoints and 100 ports, as the CRD says), and
+// its endpoints are the template's less two kinds:
+//
+//   - endpoints whose address is the pod IP of an unfinished pod in the same
+//     namespace on this cluster are dropped silently (the consumer's pods
+//     offloaded here: Kubernetes already publishes them for the reflected
+//     Service);
+//   - endpoints with an address that is not the consumer's are refused. The
+//     consumer is a tenant: its endpoints may only point into the ranges
+//     that belong to it in this cluster's view (Tenant): its pod CIDR and
+//     its external CIDR (where its transit addresses live) as this
+//     cluster's NetworkConfiguration with it maps them, and never into
+//     this cluster's own ranges (pod, service and external CIDR), its
+//     nodes' addresses, another linked cluster's ranges, loopback,
+//     link-local (169.254.169.254 included), multicast or other special
+//     ranges. FQDN slices publish nothing. An endpoint with one refused
+//     address, no address or over 100 addresses is left out whole; the
+//     others are written in canonical form. Without a usable
+//     NetworkConfiguration with the consumer (none, or its mapping not
+//     decided yet) no range is known: the EndpointSlice is deleted and
+//     nothing is published until the link exists.
+//
+// The fields naming the consumer's nodes and pods (nodeName, targetRef,
+// hints, deprecatedTopology) are cleared.
 //
 // Direct connections: the annex.dev/direct-connections-data annotation
 // (internal/directconn) may ask to replace transit addresses of endpoints
 // that live on another provider Q by Q's pod addresses. It is untrusted: an
 // entry is used only if this cluster has a NetworkConfiguration with Q
-// (whose status says how it maps Q's pod CIDR), the address is in the slice
-// and the pod address lies in Q's pod CIDR, and the agent was not started
-// with --deny-direct-connections. The pod address is written in this
-// cluster's view of Q. Refused entries keep the transit address and are
-// reported by a Warning Event (once per change); the annotation is never
-// copied to the EndpointSlice.
+// (whose status says how it maps Q's pod CIDR), the address is one the
+// slice keeps and the pod address lies in Q's pod CIDR (and, once mapped,
+// in none of this cluster's own ranges or node addresses), and the agent
+// was not started with --deny-direct-connections. The pod address is
+// written in this cluster's view of Q. Refused entries keep the transit
+// address and are reported by a Warning Event (once per change); the
+// annotation is never copied to the EndpointSlice.
 //
-// The status condition Ready is True when the slice matches the template,
-// False with reason Forbidden (an invalid template) or CreationFailed (the
-// API server refused the slice, or a slice of that name that is not ours is
-// in the way); a False answer is also a Warning Event.
+// Status: condition Ready is True when the slice is up to date, False with
+// reason Forbidden (an invalid template), CreationFailed (the API server
+// refused the slice, or a slice of that name that is not ours is in the
+// way) or NoNetworkLink. Condition AddressesAllowed is False with reason
+// OutsideConsumerRanges (or NoNetworkLink) when endpoints were refused,
+// status.refusedEndpoints says how many, and the message names the first
+// five addresses and why. Each False answer, or a change of its message, is
+// also a Warning Event (AddressesRefused for refused addresses).
 package shadowendpointslice
 
 import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -75,6 +100,7 @@ import (
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=networking.annex.dev,resources=networkconfigurations,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -93,6 +119,10 @@ type Options struct {
 	// DenyDirectConnections ignores the direct-connections data: endpoints
 	// on other providers are always reached through their consumer.
 	DenyDirectConnections bool
+	// LocalCIDRs are this cluster's own ranges from its identity (pod,
+	// service and external CIDR): never a consumer's, whatever its
+	// NetworkConfiguration says.
+	LocalCIDRs []Range
 }
 
 // BindFlags registers the options that are flags on fs.
@@ -149,7 +179,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		if err := r.deleteOurs(ctx, ses); err != nil {
 			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, r.setReady(ctx, ses, false, offloadingv1alpha1.ReasonForbidden, msg)
+		return ctrl.Result{}, r.setStatus(ctx, ses, verdict{reason: offloadingv1alpha1.ReasonForbidden, msg: msg})
+	}
+
+	links := &networkingv1alpha1.NetworkConfigurationList{}
+	if err := r.client.List(ctx, links, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list NetworkConfigurations: %w", err)
+	}
+	nodes := &corev1.NodeList{}
+	if err := r.client.List(ctx, nodes); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list nodes: %w", err)
+	}
+	tenant, why := NewTenant(consumer, links.Items, r.opts.LocalCIDRs, nodes.Items)
+	if tenant == nil {
+		// Without a link this cluster knows no range of the consumer's:
+		// nothing is published.
+		if err := r.deleteOurs(ctx, ses); err != nil {
+			return ctrl.Result{}, err
+		}
+		r.report(ses, client.ObjectKeyFromObject(ses), "")
+		msg := why + ": no endpoint is published"
+		return ctrl.Result{}, r.setStatus(ctx, ses, verdict{reason: offloadingv1alpha1.ReasonNoNetworkLink, msg: msg,
+			addresses: &addressVerdict{reason: offloadingv1alpha1.ReasonNoNetworkLink, msg: msg, refused: len(ses.Spec.Template.Endpoints)}})
 	}
 
 	pods := &corev1.PodList{}
@@ -157,13 +208,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		return ctrl.Result{}, fmt.Errorf("list pods: %w", err)
 	}
 	eps, dropped := Endpoints(ses.Spec.Template.Endpoints, LocalIPs(pods.Items))
-	eps, err := r.direct(ctx, ses, eps)
-	if err != nil {
-		return ctrl.Result{}, err
+	eps, refusals, nRefused := tenant.Filter(ses.Spec.Template.AddressType, eps)
+	addresses := &addressVerdict{allowed: true, reason: offloadingv1alpha1.ReasonInConsumerRanges,
+		msg: fmt.Sprintf("every address is consumer %s's (%s in this cluster's view)", consumer, tenant.Ranges())}
+	if nRefused > 0 {
+		addresses = &addressVerdict{reason: offloadingv1alpha1.ReasonOutsideConsumerRanges, msg: tenant.RefusalSummary(refusals, nRefused), refused: nRefused}
+		ctrl.LoggerFrom(ctx).V(1).Info("Endpoints refused", "count", nRefused, "first", refusals[0].Address, "why", refusals[0].Why)
 	}
+	eps = r.direct(ctx, ses, eps, links.Items, tenant)
 	want, err := r.desired(ses, eps)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	failed := func(msg string) error {
+		return r.setStatus(ctx, ses, verdict{reason: offloadingv1alpha1.ReasonCreationFailed, msg: msg, addresses: addresses})
 	}
 
 	got := &discoveryv1.EndpointSlice{}
@@ -172,7 +230,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	case apierrors.IsNotFound(err):
 		if err := r.client.Create(ctx, want); err != nil {
 			if refused(err) {
-				return ctrl.Result{}, r.setReady(ctx, ses, false, offloadingv1alpha1.ReasonCreationFailed, "cannot create the EndpointSlice: "+err.Error())
+				return ctrl.Result{}, failed("cannot create the EndpointSlice: " + err.Error())
 			}
 			return ctrl.Result{}, fmt.Errorf("create EndpointSlice: %w", err)
 		}
@@ -184,8 +242,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 			// A previous ShadowEndpointSlice's slice, being garbage-collected.
 			return ctrl.Result{RequeueAfter: r.opts.PendingRequeue}, nil
 		}
-		return ctrl.Result{}, r.setReady(ctx, ses, false, offloadingv1alpha1.ReasonCreationFailed,
-			fmt.Sprintf("EndpointSlice %s already exists on this provider and does not belong to this ShadowEndpointSlice", got.Name))
+		return ctrl.Result{}, failed(fmt.Sprintf("EndpointSlice %s already exists on this provider and does not belong to this ShadowEndpointSlice", got.Name))
 	case got.AddressType != want.AddressType:
 		// addressType is immutable: replace the slice.
 		uid := got.UID
@@ -199,33 +256,33 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		got.Ports = want.Ports
 		if err := r.client.Update(ctx, got); err != nil {
 			if refused(err) {
-				return ctrl.Result{}, r.setReady(ctx, ses, false, offloadingv1alpha1.ReasonCreationFailed, "cannot update the EndpointSlice: "+err.Error())
+				return ctrl.Result{}, failed("cannot update the EndpointSlice: " + err.Error())
 			}
 			return ctrl.Result{}, fmt.Errorf("update EndpointSlice: %w", err)
 		}
 		ctrl.LoggerFrom(ctx).V(1).Info("Updated EndpointSlice")
 	}
-	return ctrl.Result{}, r.setReady(ctx, ses, true, offloadingv1alpha1.ReasonReconciled,
-		fmt.Sprintf("EndpointSlice is up to date: %d endpoints, %d dropped (pods of this cluster)", len(eps), dropped))
+	return ctrl.Result{}, r.setStatus(ctx, ses, verdict{ready: true, reason: offloadingv1alpha1.ReasonReconciled,
+		msg: fmt.Sprintf("EndpointSlice is up to date: %d endpoints, %d dropped (pods of this cluster), %d refused (addresses not the consumer's)",
+			len(eps), dropped, nRefused),
+		addresses: addresses})
 }
 
 // direct applies the direct-connections data of ses to eps (see the
-// package doc) and reports refused entries.
-func (r *Reconciler) direct(ctx context.Context, ses *offloadingv1alpha1.ShadowEndpointSlice, eps []discoveryv1.Endpoint) ([]discoveryv1.Endpoint, error) {
+// package doc) and reports refused entries. A rewritten address must also
+// stay out of this cluster's own ranges and addresses.
+func (r *Reconciler) direct(ctx context.Context, ses *offloadingv1alpha1.ShadowEndpointSlice, eps []discoveryv1.Endpoint,
+	list []networkingv1alpha1.NetworkConfiguration, tenant *Tenant) []discoveryv1.Endpoint {
 	key := client.ObjectKeyFromObject(ses)
 	value, has := ses.Annotations[corev1alpha1.AnnotationDirectConnectionsData]
 	if !has || r.opts.DenyDirectConnections {
 		r.report(ses, key, "")
-		return eps, nil
+		return eps
 	}
 	entries, err := directconn.Parse(value)
 	if err != nil {
 		r.report(ses, key, err.Error())
-		return eps, nil
-	}
-	links, err := r.links(ctx)
-	if err != nil {
-		return nil, err
+		return eps
 	}
 	addrs := map[string]bool{}
 	for _, ep := range eps {
@@ -233,10 +290,28 @@ func (r *Reconciler) direct(ctx context.Context, ses *offloadingv1alpha1.ShadowE
 			addrs[a] = true
 		}
 	}
-	rewrites, problems := directconn.Resolve(entries, addrs, links)
+	rewrites, problems := directconn.Resolve(entries, addrs, links(list))
+	byAddress := map[string]directconn.Entry{}
+	for _, e := range entries {
+		byAddress[e.Address] = e
+	}
+	for from, to := range rewrites {
+		e := byAddress[from]
+		addr, err := netip.ParseAddr(to)
+		if err != nil {
+			delete(rewrites, from)
+			continue
+		}
+		if rng, never := NeverAllowed(addr, tenant.Reserved, e.ClusterID); never {
+			delete(rewrites, from)
+			problems = append(problems, fmt.Sprintf("%s (cluster %q, pod address %q): the pod address is %s here, in %s",
+				quoteish(from), e.ClusterID, e.PodAddress, to, rng.Name))
+		}
+	}
+	slices.Sort(problems)
 	r.report(ses, key, directconn.Summary(problems))
 	if len(rewrites) == 0 {
-		return eps, nil
+		return eps
 	}
 	out := make([]discoveryv1.Endpoint, len(eps))
 	for i, ep := range eps {
@@ -247,18 +322,14 @@ func (r *Reconciler) direct(ctx context.Context, ses *offloadingv1alpha1.ShadowE
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // links returns this cluster's network links: how it maps each linked
 // cluster's pod CIDR. Links whose mapping is not decided yet are left out.
-func (r *Reconciler) links(ctx context.Context) (directconn.Links, error) {
-	list := &networkingv1alpha1.NetworkConfigurationList{}
-	if err := r.client.List(ctx, list, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil {
-		return nil, fmt.Errorf("list NetworkConfigurations: %w", err)
-	}
+func links(list []networkingv1alpha1.NetworkConfiguration) directconn.Links {
 	links := directconn.Links{}
-	for _, nc := range list.Items {
+	for _, nc := range list {
 		if nc.Status.RemappedRemote == nil || !nc.DeletionTimestamp.IsZero() {
 			continue
 		}
@@ -268,7 +339,7 @@ func (r *Reconciler) links(ctx context.Context) (directconn.Links, error) {
 		}
 		links[nc.Spec.RemoteClusterID] = m
 	}
-	return links, nil
+	return links
 }
 
 // report records a Warning Event when the direct-connections problems of a
@@ -343,33 +414,71 @@ func (r *Reconciler) deleteOurs(ctx context.Context, ses *offloadingv1alpha1.Sha
 	return nil
 }
 
-// setReady writes the Ready condition when it changes, with a Warning Event
-// when it becomes False or its message changes while False.
-func (r *Reconciler) setReady(ctx context.Context, ses *offloadingv1alpha1.ShadowEndpointSlice, ready bool, reason, msg string) error {
+// verdict is what one reconcile found: the Ready condition, and the
+// AddressesAllowed condition with status.refusedEndpoints (nil: unchanged,
+// the addresses were not looked at).
+type verdict struct {
+	ready       bool
+	reason, msg string
+	addresses   *addressVerdict
+}
+
+type addressVerdict struct {
+	allowed     bool
+	reason, msg string
+	refused     int
+}
+
+// setStatus writes the conditions of v when they change, with a Warning
+// Event when one becomes False or its message changes while False (one
+// Event when both say the same).
+func (r *Reconciler) setStatus(ctx context.Context, ses *offloadingv1alpha1.ShadowEndpointSlice, v verdict) error {
 	orig := ses.DeepCopy()
-	status := metav1.ConditionFalse
-	if ready {
-		status = metav1.ConditionTrue
+	readyChanged := setCondition(ses, offloadingv1alpha1.ConditionReady, v.ready, v.reason, v.msg, r.opts.Clock.Now())
+	addrChanged := false
+	if a := v.addresses; a != nil {
+		addrChanged = setCondition(ses, offloadingv1alpha1.ConditionAddressesAllowed, a.allowed, a.reason, a.msg, r.opts.Clock.Now())
+		ses.Status.RefusedEndpoints = int32(min(a.refused, MaxEndpoints)) //nolint:gosec // bounded
 	}
-	meta.SetStatusCondition(&ses.Status.Conditions, metav1.Condition{
-		Type:               offloadingv1alpha1.ConditionReady,
-		Status:             status,
-		ObservedGeneration: ses.Generation,
-		LastTransitionTime: metav1.NewTime(r.opts.Clock.Now()),
-		Reason:             reason,
-		Message:            msg,
-	})
 	if apiequality.Semantic.DeepEqual(orig.Status, ses.Status) {
 		return nil
 	}
 	if err := r.client.Status().Patch(ctx, ses, client.MergeFrom(orig)); err != nil {
 		return fmt.Errorf("write status: %w", err)
 	}
-	if !ready {
-		ctrl.LoggerFrom(ctx).Info("Cannot publish ShadowEndpointSlice", "reason", reason, "message", msg)
-		r.recorder.Eventf(ses, nil, corev1.EventTypeWarning, reason, "Publish", "%s", msg)
+	if readyChanged && !v.ready {
+		ctrl.LoggerFrom(ctx).Info("Cannot publish ShadowEndpointSlice", "reason", v.reason, "message", v.msg)
+		r.recorder.Eventf(ses, nil, corev1.EventTypeWarning, v.reason, "Publish", "%s", v.msg)
+	}
+	if a := v.addresses; addrChanged && !a.allowed && !(readyChanged && !v.ready && a.msg == v.msg) {
+		ctrl.LoggerFrom(ctx).Info("Endpoints refused", "reason", a.reason, "message", a.msg)
+		r.recorder.Eventf(ses, nil, corev1.EventTypeWarning, ReasonAddressesRefused, "Publish", "%s", a.msg)
 	}
 	return nil
+}
+
+// ReasonAddressesRefused is the reason of the Warning Event recorded when
+// endpoints are left out because of their addresses.
+const ReasonAddressesRefused = "AddressesRefused"
+
+// setCondition sets condition typ of ses and reports whether its status,
+// reason or message changed.
+func setCondition(ses *offloadingv1alpha1.ShadowEndpointSlice, typ string, ok bool, reason, msg string, now time.Time) bool {
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	prev := meta.FindStatusCondition(ses.Status.Conditions, typ)
+	changed := prev == nil || prev.Status != status || prev.Reason != reason || prev.Message != msg
+	meta.SetStatusCondition(&ses.Status.Conditions, metav1.Condition{
+		Type:               typ,
+		Status:             status,
+		ObservedGeneration: ses.Generation,
+		LastTransitionTime: metav1.NewTime(now),
+		Reason:             reason,
+		Message:            msg,
+	})
+	return changed
 }
 
 // refused reports whether err is an answer that retrying the same request
@@ -415,25 +524,43 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&discoveryv1.EndpointSlice{}, builder.WithPredicates(ours)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.slicesInNamespace), builder.WithPredicates(podAddressChanged())).
-		Watches(&networkingv1alpha1.NetworkConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.directSlices)).
+		Watches(&networkingv1alpha1.NetworkConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.allSlices), builder.WithPredicates(mappingChanged())).
 		Complete(r)
 }
 
-// directSlices queues every ShadowEndpointSlice that carries
-// direct-connections data: a network link changed.
-func (r *Reconciler) directSlices(ctx context.Context, _ client.Object) []reconcile.Request {
+// allSlices queues every ShadowEndpointSlice: a network link changed, and
+// with it the ranges of a consumer (and those reserved for every other).
+// Links change rarely (see mappingChanged).
+func (r *Reconciler) allSlices(ctx context.Context, _ client.Object) []reconcile.Request {
 	list := &offloadingv1alpha1.ShadowEndpointSliceList{}
 	if err := r.client.List(ctx, list); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Cannot list ShadowEndpointSlices")
 		return nil
 	}
-	var reqs []reconcile.Request
-	for _, ses := range list.Items {
-		if _, ok := ses.Annotations[corev1alpha1.AnnotationDirectConnectionsData]; ok {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&ses)})
-		}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}
 	return reqs
+}
+
+// mappingChanged passes NetworkConfiguration creations and deletions, and
+// updates of its spec, its remappings or its deletion timestamp (not the
+// gateway's tunnel statistics).
+func mappingChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*networkingv1alpha1.NetworkConfiguration)
+			n, ok2 := e.ObjectNew.(*networkingv1alpha1.NetworkConfiguration)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return !apiequality.Semantic.DeepEqual(o.Spec, n.Spec) ||
+				!apiequality.Semantic.DeepEqual(o.Status.RemappedRemote, n.Status.RemappedRemote) ||
+				o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
+		},
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
 
 // slicesInNamespace enqueues every ShadowEndpointSlice in o's namespace.

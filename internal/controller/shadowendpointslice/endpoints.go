@@ -21,6 +21,12 @@ func ValidateTemplate(t *offloadingv1alpha1.EndpointSliceTemplate) string {
 	if t.Labels[discoveryv1.LabelServiceName] == "" {
 		return fmt.Sprintf("spec.template.labels must carry %s: the EndpointSlice must belong to a Service", discoveryv1.LabelServiceName)
 	}
+	if n := len(t.Endpoints); n > MaxEndpoints {
+		return fmt.Sprintf("spec.template.endpoints has %d items: at most %d", n, MaxEndpoints)
+	}
+	if n := len(t.Ports); n > MaxPorts {
+		return fmt.Sprintf("spec.template.ports has %d items: at most %d", n, MaxPorts)
+	}
 	return ""
 }
 

@@ -91,4 +91,14 @@ func TestValidateTemplateAndLabels(t *testing.T) {
 	if msg := ValidateTemplate(&offloadingv1alpha1.EndpointSliceTemplate{}); msg != "spec.template.labels must carry kubernetes.io/service-name: the EndpointSlice must belong to a Service" {
 		t.Errorf("ValidateTemplate(no service name) = %q", msg)
 	}
+	tooMany := tmpl.DeepCopy()
+	tooMany.Endpoints = make([]discoveryv1.Endpoint, MaxEndpoints+1)
+	if msg := ValidateTemplate(tooMany); msg != "spec.template.endpoints has 1001 items: at most 1000" {
+		t.Errorf("ValidateTemplate(1001 endpoints) = %q", msg)
+	}
+	tooMany = tmpl.DeepCopy()
+	tooMany.Ports = make([]discoveryv1.EndpointPort, MaxPorts+1)
+	if msg := ValidateTemplate(tooMany); msg != "spec.template.ports has 101 items: at most 100" {
+		t.Errorf("ValidateTemplate(101 ports) = %q", msg)
+	}
 }
