@@ -280,10 +280,22 @@ func TestIntegration(t *testing.T) {
 			return fmt.Errorf("none among %d Events", len(list.Items))
 		})
 
-		// The tenant namespace's quota: RemoteNamespaces up to twice the bound.
-		err := c.Create(ctx, replica("fifth", "fifth-alpha"))
+		// The tenant namespace's quota: RemoteNamespaces up to twice the
+		// bound (4), whatever the earlier subtests left there.
+		var err error
+		for i := 0; i < 5 && err == nil; i++ {
+			err = c.Create(ctx, replica(fmt.Sprintf("extra%d", i), fmt.Sprintf("extra%d-alpha", i)))
+		}
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota: annex-tenant-quota") || !strings.Contains(err.Error(), string(ResourceRemoteNamespaces)) {
-			t.Errorf("fifth RemoteNamespace: err = %v, want Forbidden by the tenant namespace's quota", err)
+			t.Errorf("RemoteNamespace over the tenant quota: err = %v, want Forbidden by the tenant namespace's quota", err)
+		}
+		list := &offloadingv1alpha1.RemoteNamespaceList{}
+		must(t, c.List(ctx, list, client.InNamespace(tenantNS)))
+		if len(list.Items) > 4 {
+			t.Errorf("%d RemoteNamespaces in %s, the quota allows 4", len(list.Items), tenantNS)
+		}
+		for i := 0; i < 5; i++ {
+			_ = c.Delete(ctx, &offloadingv1alpha1.RemoteNamespace{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: fmt.Sprintf("extra%d", i)}})
 		}
 
 		// Room made: the refused request is answered.
