@@ -178,7 +178,7 @@ func run() error {
 	}
 	endpointOpts.LocalCIDRs = shadowendpointslice.IdentityRanges(id)
 	netView := netview.New(mgr.GetClient())
-	netView.SetLocalRanges(parsePrefixes(id.PodCIDR, id.ServiceCIDR, id.ExternalCIDR)...)
+	netView.SetLocalRanges(id.Prefixes()...)
 	remoteNSOpts.Reader = mgr.GetAPIReader()
 	vnOpts.PodIPTranslator = netView.PodIP
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
@@ -266,14 +266,3 @@ func readIdentity(c client.Reader, log logr.Logger) (identity.Identity, error) {
 	}
 }
 
-// parsePrefixes returns the CIDRs of ss that parse, skipping empty and
-// invalid ones.
-func parsePrefixes(ss ...string) []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range ss {
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, p)
-		}
-	}
-	return out
-}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,4 +52,16 @@ func Read(ctx context.Context, c client.Reader) (Identity, error) {
 		return Identity{}, err
 	}
 	return FromConfigMap(cm)
+}
+
+// Prefixes returns this cluster's own pod, service and external CIDRs, those
+// that are set and parse.
+func (id Identity) Prefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range []string{id.PodCIDR, id.ServiceCIDR, id.ExternalCIDR} {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
