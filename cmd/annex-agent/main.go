@@ -265,4 +265,3 @@ func readIdentity(c client.Reader, log logr.Logger) (identity.Identity, error) {
 		time.Sleep(time.Second)
 	}
 }
-
