@@ -100,8 +100,11 @@ func TestHostileEndpointsIntegration(t *testing.T) {
 	// A node whose address lies inside alpha's pod CIDR, next to the kwok one.
 	extra := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "extra"}}
 	must(t, c.Create(ctx, extra))
+	// A merge patch, not an update: the node controllers write the new
+	// node too, and an update would conflict with them.
+	orig := extra.DeepCopy()
 	extra.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.2.200.1"}}
-	must(t, c.Status().Update(ctx, extra))
+	must(t, c.Status().Patch(ctx, extra, client.MergeFrom(orig)))
 	kwokNode := &corev1.Node{}
 	must(t, c.Get(ctx, client.ObjectKey{Name: cluster.NodeNames()[0]}, kwokNode))
 	nodeIP := ""
