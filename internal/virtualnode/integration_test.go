@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -32,12 +31,11 @@ import (
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
-	annexconfig "github.com/annexhq/annex/config"
 	"github.com/annexhq/annex/internal/agent"
-	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/controller/replicator"
 	"github.com/annexhq/annex/internal/controller/shadowpod"
 	"github.com/annexhq/annex/internal/localcluster"
+	"github.com/annexhq/annex/internal/localcluster/clustertest"
 	"github.com/annexhq/annex/internal/remote"
 	"github.com/annexhq/annex/internal/virtualnode"
 	"github.com/annexhq/annex/internal/virtualnode/podreflector"
@@ -70,15 +68,15 @@ func TestVirtualNodeIntegration(t *testing.T) {
 
 	consumer, provider := startClusters(ctx, t)
 	scheme, err := agent.Scheme()
-	must(t, err)
-	ccfg, err := consumer.RESTConfig()
-	must(t, err)
-	pcfg, err := provider.RESTConfig()
-	must(t, err)
-	cc := newClient(t, ccfg, scheme)
-	pc := newClient(t, pcfg, scheme)
-	installCRDs(ctx, t, cc)
-	installCRDs(ctx, t, pc)
+	clustertest.Must(t, err)
+	cc, ccfg := clustertest.Client(t, consumer, scheme)
+	pc, pcfg := clustertest.Client(t, provider, scheme)
+	// The agents' scheme has no apiextensions types: the CRDs go in with
+	// clients of their own.
+	for _, lc := range []*localcluster.Cluster{consumer, provider} {
+		crdClient, _ := clustertest.Client(t, lc, clustertest.Scheme(t))
+		clustertest.InstallCRDs(ctx, t, crdClient)
+	}
 
 	// Provider: the remote namespace, the consumer's quota, and the
 	// ShadowPod controller.
@@ -88,14 +86,14 @@ func TestVirtualNodeIntegration(t *testing.T) {
 	peerNS := corev1alpha1.PeerNamespaceName(providerID)
 	createNamespace(ctx, t, cc, localNS)
 	createNamespace(ctx, t, cc, peerNS)
-	must(t, cc.Create(ctx, &corev1alpha1.ForeignCluster{
+	clustertest.Must(t, cc.Create(ctx, &corev1alpha1.ForeignCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: providerID},
 		Spec:       corev1alpha1.ForeignClusterSpec{ClusterID: providerID, APIServerURL: provider.APIServerURL()},
 	}))
 	nso := &offloadingv1alpha1.NamespaceOffloading{ObjectMeta: metav1.ObjectMeta{Namespace: localNS, Name: offloadingv1alpha1.NamespaceOffloadingName}}
-	must(t, cc.Create(ctx, nso))
+	clustertest.Must(t, cc.Create(ctx, nso))
 	nso.Status.RemoteNamespaces = []offloadingv1alpha1.ProviderNamespaceStatus{{ClusterID: providerID, RemoteNamespace: remoteNS, Phase: offloadingv1alpha1.RemoteNamespaceReady}}
-	must(t, cc.Status().Update(ctx, nso))
+	clustertest.Must(t, cc.Status().Update(ctx, nso))
 	vn := &corev1alpha1.VirtualNode{
 		ObjectMeta: metav1.ObjectMeta{Namespace: peerNS, Name: providerID},
 		Spec: corev1alpha1.VirtualNodeSpec{
@@ -110,7 +108,7 @@ func TestVirtualNodeIntegration(t *testing.T) {
 			CredentialsSecretRef: corev1alpha1.SecretReference{Namespace: peerNS, Name: corev1alpha1.CredentialsSecretName},
 		},
 	}
-	must(t, cc.Create(ctx, vn))
+	clustertest.Must(t, cc.Create(ctx, vn))
 	waitDefaultServiceAccount(ctx, t, cc, localNS)
 	waitDefaultServiceAccount(ctx, t, pc, remoteNS)
 
@@ -119,7 +117,7 @@ func TestVirtualNodeIntegration(t *testing.T) {
 
 	// The Node.
 	start := time.Now()
-	eventually(t, 30*time.Second, "Node Ready", func() error {
+	clustertest.Eventually(t, 30*time.Second, "Node Ready", func() error {
 		n := &corev1.Node{}
 		if err := cc.Get(ctx, client.ObjectKey{Name: nodeName}, n); err != nil {
 			return err
@@ -128,18 +126,18 @@ func TestVirtualNodeIntegration(t *testing.T) {
 	})
 	t.Logf("timing: Node %s Ready %s after the agent started", nodeName, time.Since(start).Round(time.Millisecond))
 	node := &corev1.Node{}
-	must(t, cc.Get(ctx, client.ObjectKey{Name: nodeName}, node))
+	clustertest.Must(t, cc.Get(ctx, client.ObjectKey{Name: nodeName}, node))
 	checkNode(t, node)
-	eventually(t, 20*time.Second, "taints", func() error {
-		must(t, cc.Get(ctx, client.ObjectKey{Name: nodeName}, node))
+	clustertest.Eventually(t, 20*time.Second, "taints", func() error {
+		clustertest.Must(t, cc.Get(ctx, client.ObjectKey{Name: nodeName}, node))
 		return checkTaints(node)
 	})
-	eventually(t, 10*time.Second, "lease", func() error {
+	clustertest.Eventually(t, 10*time.Second, "lease", func() error {
 		return cc.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: nodeName}, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"}})
 	})
-	eventually(t, 10*time.Second, "VirtualNode Ready", func() error {
+	clustertest.Eventually(t, 10*time.Second, "VirtualNode Ready", func() error {
 		got := &corev1alpha1.VirtualNode{}
-		must(t, cc.Get(ctx, client.ObjectKeyFromObject(vn), got))
+		clustertest.Must(t, cc.Get(ctx, client.ObjectKeyFromObject(vn), got))
 		if !controllerutil.ContainsFinalizer(got, virtualnode.Finalizer) {
 			return errors.New("no finalizer")
 		}
@@ -152,9 +150,9 @@ func TestVirtualNodeIntegration(t *testing.T) {
 	// Capacity follows the VirtualNode.
 	patchVN := vn.DeepCopy()
 	patchVN.Spec.Resources[corev1.ResourceCPU] = resource.MustParse("12")
-	must(t, cc.Patch(ctx, patchVN, client.MergeFrom(vn)))
-	eventually(t, 10*time.Second, "capacity update", func() error {
-		must(t, cc.Get(ctx, client.ObjectKey{Name: nodeName}, node))
+	clustertest.Must(t, cc.Patch(ctx, patchVN, client.MergeFrom(vn)))
+	clustertest.Eventually(t, 10*time.Second, "capacity update", func() error {
+		clustertest.Must(t, cc.Get(ctx, client.ObjectKey{Name: nodeName}, node))
 		if q := node.Status.Capacity[corev1.ResourceCPU]; q.Cmp(resource.MustParse("12")) != 0 {
 			return fmt.Errorf("cpu capacity %s", q.String())
 		}
@@ -177,10 +175,10 @@ func TestVirtualNodeIntegration(t *testing.T) {
 	// Label changes reach the ShadowPod.
 	lp := web.DeepCopy()
 	lp.Labels["tier"] = "front"
-	must(t, cc.Patch(ctx, lp, client.MergeFrom(web)))
-	eventually(t, 10*time.Second, "label pushed", func() error {
+	clustertest.Must(t, cc.Patch(ctx, lp, client.MergeFrom(web)))
+	clustertest.Eventually(t, 10*time.Second, "label pushed", func() error {
 		got := &offloadingv1alpha1.ShadowPod{}
-		must(t, pc.Get(ctx, client.ObjectKey{Namespace: remoteNS, Name: "web"}, got))
+		clustertest.Must(t, pc.Get(ctx, client.ObjectKey{Namespace: remoteNS, Name: "web"}, got))
 		if got.Spec.PodLabels["tier"] != "front" {
 			return fmt.Errorf("podLabels %v", got.Spec.PodLabels)
 		}
@@ -193,7 +191,7 @@ func TestVirtualNodeIntegration(t *testing.T) {
 
 	// Provider failure: a hung API server.
 	t.Log("pausing the provider's API server")
-	must(t, provider.PauseAPIServer())
+	clustertest.Must(t, provider.PauseAPIServer())
 	paused := time.Now()
 	resumed := false
 	defer func() {
@@ -202,7 +200,7 @@ func TestVirtualNodeIntegration(t *testing.T) {
 		}
 	}()
 	for _, name := range []string{"web", "web-2"} {
-		eventually(t, 15*time.Second, name+" NotReady", func() error {
+		clustertest.Eventually(t, 15*time.Second, name+" NotReady", func() error {
 			p := getPod(ctx, t, cc, name)
 			if err := podReady(p, corev1.ConditionFalse); err != nil {
 				return err
@@ -219,8 +217,8 @@ func TestVirtualNodeIntegration(t *testing.T) {
 	ropts := remote.DefaultOptions()
 	t.Logf("timing: pods NotReady and labelled %s after the provider hung (detection bound %s), %s after the transition",
 		time.Since(paused).Round(time.Millisecond), ropts.DetectionBound(), time.Since(transitions.last(false)).Round(time.Millisecond))
-	eventually(t, 10*time.Second, "Node NotReady", func() error {
-		must(t, cc.Get(ctx, client.ObjectKey{Name: nodeName}, node))
+	clustertest.Eventually(t, 10*time.Second, "Node NotReady", func() error {
+		clustertest.Must(t, cc.Get(ctx, client.ObjectKey{Name: nodeName}, node))
 		if err := nodeReady(node, corev1.ConditionFalse); err != nil {
 			return err
 		}
@@ -230,7 +228,7 @@ func TestVirtualNodeIntegration(t *testing.T) {
 		return nil
 	})
 	// Deleting a pod while the provider is unreachable: it stays terminating.
-	must(t, cc.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: localNS, Name: "web-2"}}, client.GracePeriodSeconds(1)))
+	clustertest.Must(t, cc.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: localNS, Name: "web-2"}}, client.GracePeriodSeconds(1)))
 	// Nothing flips the pods back while the provider is hung.
 	for range 10 {
 		time.Sleep(300 * time.Millisecond)
@@ -245,11 +243,11 @@ func TestVirtualNodeIntegration(t *testing.T) {
 	}
 
 	t.Log("resuming the provider's API server")
-	must(t, provider.ResumeAPIServer(ctx))
+	clustertest.Must(t, provider.ResumeAPIServer(ctx))
 	resumed = true
 	back := time.Now()
 	waitPodReady(ctx, t, cc, "web", corev1.ConditionTrue, 20*time.Second)
-	eventually(t, 10*time.Second, "label removed", func() error {
+	clustertest.Eventually(t, 10*time.Second, "label removed", func() error {
 		if _, ok := getPod(ctx, t, cc, "web").Labels[corev1alpha1.LabelRemoteUnavailable]; ok {
 			return errors.New("label still set")
 		}
@@ -257,7 +255,7 @@ func TestVirtualNodeIntegration(t *testing.T) {
 	})
 	t.Logf("timing: pod Ready again and unlabelled %s after the provider resumed, %s after the transition",
 		time.Since(back).Round(time.Millisecond), time.Since(transitions.last(true)).Round(time.Millisecond))
-	eventually(t, 20*time.Second, "postponed deletion carried out", func() error {
+	clustertest.Eventually(t, 20*time.Second, "postponed deletion carried out", func() error {
 		if err := cc.Get(ctx, client.ObjectKey{Namespace: localNS, Name: "web-2"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("local pod web-2: %v", err)
 		}
@@ -267,15 +265,15 @@ func TestVirtualNodeIntegration(t *testing.T) {
 		return nil
 	})
 	t.Logf("timing: postponed deletion done %s after the provider resumed", time.Since(back).Round(time.Millisecond))
-	eventually(t, 10*time.Second, "Node Ready again", func() error {
-		must(t, cc.Get(ctx, client.ObjectKey{Name: nodeName}, node))
+	clustertest.Eventually(t, 10*time.Second, "Node Ready again", func() error {
+		clustertest.Must(t, cc.Get(ctx, client.ObjectKey{Name: nodeName}, node))
 		return nodeReady(node, corev1.ConditionTrue)
 	})
 
 	// Deleting the local pod deletes the ShadowPod, then the pod.
 	start = time.Now()
-	must(t, cc.Delete(ctx, getPod(ctx, t, cc, "web")))
-	eventually(t, 20*time.Second, "pod web deleted", func() error {
+	clustertest.Must(t, cc.Delete(ctx, getPod(ctx, t, cc, "web")))
+	clustertest.Eventually(t, 20*time.Second, "pod web deleted", func() error {
 		if err := pc.Get(ctx, client.ObjectKey{Namespace: remoteNS, Name: "web"}, &offloadingv1alpha1.ShadowPod{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("ShadowPod web: %v", err)
 		}
@@ -289,8 +287,8 @@ func TestVirtualNodeIntegration(t *testing.T) {
 	// A ShadowPod deleted on the provider deletes the local pod.
 	createPod(ctx, t, cc, "web-4")
 	waitPodReady(ctx, t, cc, "web-4", corev1.ConditionTrue, 30*time.Second)
-	must(t, pc.Delete(ctx, &offloadingv1alpha1.ShadowPod{ObjectMeta: metav1.ObjectMeta{Namespace: remoteNS, Name: "web-4"}}))
-	eventually(t, 20*time.Second, "remote deletion reflected", func() error {
+	clustertest.Must(t, pc.Delete(ctx, &offloadingv1alpha1.ShadowPod{ObjectMeta: metav1.ObjectMeta{Namespace: remoteNS, Name: "web-4"}}))
+	clustertest.Eventually(t, 20*time.Second, "remote deletion reflected", func() error {
 		if err := cc.Get(ctx, client.ObjectKey{Namespace: localNS, Name: "web-4"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("local pod web-4: %v", err)
 		}
@@ -322,7 +320,7 @@ func TestVirtualNodeIntegration(t *testing.T) {
 		t.Fatalf("ShadowPod web-3 was re-created across the restart: UID %s -> %s", before.UID, after.UID)
 	}
 	var sps offloadingv1alpha1.ShadowPodList
-	must(t, pc.List(ctx, &sps, client.InNamespace(remoteNS)))
+	clustertest.Must(t, pc.List(ctx, &sps, client.InNamespace(remoteNS)))
 	if len(sps.Items) != 1 {
 		t.Fatalf("ShadowPods after the restart: %d, want 1", len(sps.Items))
 	}
@@ -331,12 +329,12 @@ func TestVirtualNodeIntegration(t *testing.T) {
 	// pods are marked, and deleting the VirtualNode removes the Node and the
 	// pods at once and releases the finalizer.
 	fc := &corev1alpha1.ForeignCluster{}
-	must(t, cc.Get(ctx, client.ObjectKey{Name: providerID}, fc))
+	clustertest.Must(t, cc.Get(ctx, client.ObjectKey{Name: providerID}, fc))
 	fcPatch := fc.DeepCopy()
 	fcPatch.Spec.Unreachable = true
-	must(t, cc.Patch(ctx, fcPatch, client.MergeFrom(fc)))
+	clustertest.Must(t, cc.Patch(ctx, fcPatch, client.MergeFrom(fc)))
 	marked := time.Now()
-	eventually(t, 10*time.Second, "web-3 marked after spec.unreachable", func() error {
+	clustertest.Eventually(t, 10*time.Second, "web-3 marked after spec.unreachable", func() error {
 		p := getPod(ctx, t, cc, "web-3")
 		if err := podReady(p, corev1.ConditionFalse); err != nil {
 			return err
@@ -348,8 +346,8 @@ func TestVirtualNodeIntegration(t *testing.T) {
 	})
 	t.Logf("timing: pods marked %s after spec.unreachable was set", time.Since(marked).Round(time.Millisecond))
 	unpeer := time.Now()
-	must(t, cc.Delete(ctx, vn))
-	eventually(t, 20*time.Second, "VirtualNode, Node and pods gone", func() error {
+	clustertest.Must(t, cc.Delete(ctx, vn))
+	clustertest.Eventually(t, 20*time.Second, "VirtualNode, Node and pods gone", func() error {
 		if err := cc.Get(ctx, client.ObjectKeyFromObject(vn), &corev1alpha1.VirtualNode{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("VirtualNode: %v", err)
 		}
@@ -371,28 +369,6 @@ func testVerbosity() int {
 		return v
 	}
 	return 0
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = cond(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %s: %v", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // startClusters starts the consumer and the provider in parallel; both stop
@@ -421,57 +397,9 @@ func startClusters(ctx context.Context, t *testing.T) (consumer, provider *local
 		}
 	}
 	for _, err := range errs {
-		must(t, err)
+		clustertest.Must(t, err)
 	}
 	return clusters[0], clusters[1]
-}
-
-func newClient(t *testing.T, cfg *rest.Config, scheme *runtime.Scheme) client.Client {
-	t.Helper()
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	must(t, err)
-	restConfigs.Store(c, cfg)
-	return c
-}
-
-// installCRDs applies Annex's CRDs and waits until they are established.
-func installCRDs(ctx context.Context, t *testing.T, c client.Client) {
-	t.Helper()
-	objs, err := cli.DecodeManifests(annexconfig.FS, "crd/*.yaml")
-	must(t, err)
-	for _, o := range objs {
-		must(t, cli.Apply(ctx, c, o))
-	}
-	s := runtime.NewScheme()
-	must(t, apiextensionsv1.AddToScheme(s))
-	ec, err := client.New(restConfigOf(t, c), client.Options{Scheme: s})
-	must(t, err)
-	for _, o := range objs {
-		eventually(t, 30*time.Second, "CRD "+o.GetName()+" established", func() error {
-			crd := &apiextensionsv1.CustomResourceDefinition{}
-			if err := ec.Get(ctx, client.ObjectKey{Name: o.GetName()}, crd); err != nil {
-				return err
-			}
-			for _, cond := range crd.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return nil
-				}
-			}
-			return errors.New("not established")
-		})
-	}
-}
-
-// restConfigs maps the clients of this test to their configs.
-var restConfigs sync.Map
-
-func restConfigOf(t *testing.T, c client.Client) *rest.Config {
-	t.Helper()
-	v, ok := restConfigs.Load(c)
-	if !ok {
-		t.Fatal("unknown client")
-	}
-	return v.(*rest.Config)
 }
 
 func createNamespace(ctx context.Context, t *testing.T, c client.Client, name string) {
@@ -484,7 +412,7 @@ func createNamespace(ctx context.Context, t *testing.T, c client.Client, name st
 
 func waitDefaultServiceAccount(ctx context.Context, t *testing.T, c client.Client, ns string) {
 	t.Helper()
-	eventually(t, 30*time.Second, "ServiceAccount "+ns+"/default", func() error {
+	clustertest.Eventually(t, 30*time.Second, "ServiceAccount "+ns+"/default", func() error {
 		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "default"}, &corev1.ServiceAccount{})
 	})
 }
@@ -520,15 +448,15 @@ func runAgent(ctx context.Context, t *testing.T, ccfg, pcfg *rest.Config, scheme
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 	})
-	must(t, err)
+	clustertest.Must(t, err)
 	log := mgr.GetLogger()
 	remotes := remote.NewManager(mgr.GetClient(), scheme, remote.DefaultOptions(), clock.RealClock{}, log.WithName("remote"))
-	must(t, remotes.Set(providerID, pcfg))
-	must(t, mgr.Add(remotes))
+	clustertest.Must(t, remotes.Set(providerID, pcfg))
+	clustertest.Must(t, mgr.Add(remotes))
 	transitions := &transitionLog{at: map[bool]time.Time{}}
 	remotes.OnTransition(transitions.record)
 	r := virtualnode.NewReconciler(mgr, remotes, consumerID, virtualnode.Options{NodeIP: "127.0.0.1"})
-	must(t, r.SetupWithManager(mgr))
+	clustertest.Must(t, r.SetupWithManager(mgr))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -548,7 +476,7 @@ func runAgent(ctx context.Context, t *testing.T, ccfg, pcfg *rest.Config, scheme
 func runProviderAgent(ctx context.Context, t *testing.T, c client.Client, cfg *rest.Config, scheme *runtime.Scheme) {
 	t.Helper()
 	for _, name := range []string{remoteNS, corev1alpha1.TenantNamespaceName(consumerID)} {
-		must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		clustertest.Must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			corev1alpha1.LabelRemoteClusterID: consumerID, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex,
 		}}}))
 	}
@@ -560,9 +488,9 @@ func runProviderAgent(ctx context.Context, t *testing.T, c client.Client, cfg *r
 			Annotations: map[string]string{replicator.AnnotationOriginNamespace: corev1alpha1.PeerNamespaceName(providerID)}},
 		Spec: corev1alpha1.ResourceSliceSpec{ConsumerClusterID: consumerID, ProviderClusterID: providerID, Resources: granted},
 	}
-	must(t, c.Create(ctx, rs))
+	clustertest.Must(t, c.Create(ctx, rs))
 	rs.Status = corev1alpha1.ResourceSliceStatus{Phase: corev1alpha1.ResourceSliceAccepted, Resources: granted}
-	must(t, c.Status().Update(ctx, rs))
+	clustertest.Must(t, c.Status().Update(ctx, rs))
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
@@ -570,8 +498,8 @@ func runProviderAgent(ctx context.Context, t *testing.T, c client.Client, cfg *r
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 	})
-	must(t, err)
-	must(t, shadowpod.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowpod"), shadowpod.Options{}).SetupWithManager(mgr))
+	clustertest.Must(t, err)
+	clustertest.Must(t, shadowpod.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowpod"), shadowpod.Options{}).SetupWithManager(mgr))
 	go func() {
 		if err := mgr.Start(ctx); err != nil {
 			t.Errorf("provider manager: %v", err)
@@ -597,21 +525,21 @@ func createPod(ctx context.Context, t *testing.T, c client.Client, name string) 
 			}}},
 		},
 	}
-	must(t, c.Create(ctx, pod))
+	clustertest.Must(t, c.Create(ctx, pod))
 	return pod
 }
 
 func getPod(ctx context.Context, t *testing.T, c client.Client, name string) *corev1.Pod {
 	t.Helper()
 	p := &corev1.Pod{}
-	must(t, c.Get(ctx, client.ObjectKey{Namespace: localNS, Name: name}, p))
+	clustertest.Must(t, c.Get(ctx, client.ObjectKey{Namespace: localNS, Name: name}, p))
 	return p
 }
 
 func waitShadowPod(ctx context.Context, t *testing.T, c client.Client, name string) *offloadingv1alpha1.ShadowPod {
 	t.Helper()
 	sp := &offloadingv1alpha1.ShadowPod{}
-	eventually(t, 20*time.Second, "ShadowPod "+name, func() error {
+	clustertest.Eventually(t, 20*time.Second, "ShadowPod "+name, func() error {
 		return c.Get(ctx, client.ObjectKey{Namespace: remoteNS, Name: name}, sp)
 	})
 	return sp
@@ -619,7 +547,7 @@ func waitShadowPod(ctx context.Context, t *testing.T, c client.Client, name stri
 
 func waitPodReady(ctx context.Context, t *testing.T, c client.Client, name string, want corev1.ConditionStatus, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, "pod "+name+" Ready="+string(want), func() error {
+	clustertest.Eventually(t, timeout, "pod "+name+" Ready="+string(want), func() error {
 		p := &corev1.Pod{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: localNS, Name: name}, p); err != nil {
 			return err

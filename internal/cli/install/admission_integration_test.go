@@ -23,6 +23,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/localcluster"
+	"github.com/annexhq/annex/internal/localcluster/clustertest"
 )
 
 // TestTenantAdmission installs into a real API server (with a global
@@ -35,28 +36,10 @@ import (
 // provider policy ConfigMap: an edit takes effect, install keeps it, and
 // without it every tenant pod is refused until install creates it again.
 func TestTenantAdmission(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
-	if err := localcluster.CheckBinaries(localcluster.DefaultBinDir()); err != nil {
-		t.Skipf("integration test needs the real Kubernetes binaries: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	lc, err := localcluster.Start(ctx, localcluster.Options{Name: "adm", Dir: t.TempDir(), BinDir: localcluster.DefaultBinDir(),
-		PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = lc.Stop(ctx)
-	})
-	c, err := cli.Connect(ctx, lc.KubeconfigPath(), 15*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lc := clustertest.Start(ctx, t, localcluster.Options{Name: "adm", PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", Nodes: 1})
+	c := clustertest.Connect(ctx, t, lc)
 	install := func() string {
 		t.Helper()
 		o := DefaultOptions()

@@ -16,6 +16,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/localcluster"
+	"github.com/annexhq/annex/internal/localcluster/clustertest"
 )
 
 // TestInstallDeployment installs into a real cluster with the agent
@@ -24,28 +25,10 @@ import (
 // scheduler places the gateway's pod on the gateway node on the host
 // network, and installing again without the gateway takes it away.
 func TestInstallDeployment(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
-	if err := localcluster.CheckBinaries(localcluster.DefaultBinDir()); err != nil {
-		t.Skipf("integration test needs the real Kubernetes binaries: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	lc, err := localcluster.Start(ctx, localcluster.Options{Name: "inst", Dir: t.TempDir(), BinDir: localcluster.DefaultBinDir(),
-		PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", Nodes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = lc.Stop(ctx)
-	})
-	c, err := cli.Connect(ctx, lc.KubeconfigPath(), 15*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lc := clustertest.Start(ctx, t, localcluster.Options{Name: "inst", PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", Nodes: 2})
+	c := clustertest.Connect(ctx, t, lc)
 	install := func(gw Gateway) {
 		t.Helper()
 		o := DefaultOptions()
@@ -59,7 +42,7 @@ func TestInstallDeployment(t *testing.T) {
 	install(Gateway{Endpoint: "192.0.2.10", Node: gwNode})
 
 	var pod corev1.Pod
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		pods := &corev1.PodList{}
 		if err := c.Client.List(ctx, pods, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil {
 			return false, err

@@ -28,6 +28,7 @@ import (
 	"github.com/annexhq/annex/internal/cli/install"
 	"github.com/annexhq/annex/internal/controller/replicator"
 	"github.com/annexhq/annex/internal/localcluster"
+	"github.com/annexhq/annex/internal/localcluster/clustertest"
 )
 
 // On provider beta, consumer alpha holds exactly the credential `annexctl
@@ -48,28 +49,10 @@ const (
 // can do exactly what its agent does in its tenant namespace, and none of
 // the confused-deputy or credential-theft moves of issue #16 succeed.
 func TestTenantSurface(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
-	if err := localcluster.CheckBinaries(localcluster.DefaultBinDir()); err != nil {
-		t.Skipf("integration test needs the real Kubernetes binaries: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	lc, err := localcluster.Start(ctx, localcluster.Options{Name: provider, Dir: t.TempDir(), BinDir: localcluster.DefaultBinDir(),
-		PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = lc.Stop(ctx)
-	})
-	p, err := cli.Connect(ctx, lc.KubeconfigPath(), 15*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lc := clustertest.Start(ctx, t, localcluster.Options{Name: provider, PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", Nodes: 1})
+	p := clustertest.Connect(ctx, t, lc)
 	o := install.DefaultOptions()
 	o.ClusterID, o.LocalAgent = provider, true
 	var out bytes.Buffer
@@ -79,26 +62,20 @@ func TestTenantSurface(t *testing.T) {
 
 	// What `annexctl peer` leaves on beta for both directions, and a tenant
 	// of a third cluster.
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, err = applyAll(ctx, p.Client, append(TenantObjects(tenantNS, consumer), TenantObjects(otherTen, third)...)...)
-	must(err)
+	_, err := applyAll(ctx, p.Client, append(TenantObjects(tenantNS, consumer), TenantObjects(otherTen, third)...)...)
+	clustertest.Must(t, err)
 	own := providerObjects(t)
 	_, err = applyAll(ctx, p.Client, PeerNamespace(peerNS, consumer))
-	must(err)
+	clustertest.Must(t, err)
 	for _, obj := range own {
-		must(p.Client.Create(ctx, obj))
+		clustertest.Must(t, p.Client.Create(ctx, obj))
 	}
 	// Objects in alpha's tenant namespace that alpha did not write.
 	legacy := slice(tenantNS, "legacy", consumer, consumer, provider, false)
-	must(p.Client.Create(ctx, legacy))
+	clustertest.Must(t, p.Client.Create(ctx, legacy))
 	otherLease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: "annex-other"}}
-	must(p.Client.Create(ctx, otherLease))
-	must(p.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: "other"}}))
+	clustertest.Must(t, p.Client.Create(ctx, otherLease))
+	clustertest.Must(t, p.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: "other"}}))
 
 	tc := tenantClient(ctx, t, p)
 

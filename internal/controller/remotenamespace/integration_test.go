@@ -10,13 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,11 +23,9 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
-	annexconfig "github.com/annexhq/annex/config"
-	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/localcluster"
+	"github.com/annexhq/annex/internal/localcluster/clustertest"
 )
 
 // TestIntegration runs the controller against a real API server and
@@ -40,36 +35,16 @@ import (
 // gives requests to a container without any, each kept as desired, and the
 // rules on names and on the number of namespaces.
 func TestIntegration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
-	if err := localcluster.CheckBinaries(localcluster.DefaultBinDir()); err != nil {
-		t.Skipf("integration test needs the real Kubernetes binaries: %v", err)
-	}
-	logf.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(0))))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	lc, err := localcluster.Start(ctx, localcluster.Options{Name: "rns", Dir: t.TempDir(), BinDir: localcluster.DefaultBinDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = lc.Stop(ctx)
-	})
-	cfg, err := lc.RESTConfig()
-	must(t, err)
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, corev1alpha1.AddToScheme, offloadingv1alpha1.AddToScheme, apiextensionsv1.AddToScheme} {
-		must(t, add(s))
-	}
-	c, err := client.New(cfg, client.Options{Scheme: s})
-	must(t, err)
-	installCRDs(ctx, t, c)
+	lc := clustertest.Start(ctx, t, localcluster.Options{Name: "rns"})
+	logf.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(0))))
+	s := clustertest.Scheme(t)
+	c, cfg := clustertest.Client(t, lc, s)
+	clustertest.InstallCRDs(ctx, t, c)
 
 	for _, ns := range []*corev1.Namespace{tenant("alpha"), tenantOf("x-alpha")} {
-		must(t, c.Create(ctx, ns))
+		clustertest.Must(t, c.Create(ctx, ns))
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 s,
@@ -78,14 +53,14 @@ func TestIntegration(t *testing.T) {
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 		Cache:                  cache.Options{ByObject: CacheByObject()},
 	})
-	must(t, err)
+	clustertest.Must(t, err)
 	opts := Options{
 		Reader:                 mgr.GetAPIReader(),
 		MaxNamespacesPerTenant: 2,
 		LimitRequeue:           time.Second,
 		ObjectQuota:            corev1.ResourceList{ResourceShadowPods: resource.MustParse("1")},
 	}
-	must(t, New(mgr.GetClient(), mgr.GetEventRecorder("annex-remotenamespace"), opts).SetupWithManager(mgr))
+	clustertest.Must(t, New(mgr.GetClient(), mgr.GetEventRecorder("annex-remotenamespace"), opts).SetupWithManager(mgr))
 	mgrCtx, stopMgr := context.WithCancel(ctx)
 	mgrDone := make(chan error, 1)
 	go func() { mgrDone <- mgr.Start(mgrCtx) }()
@@ -100,18 +75,18 @@ func TestIntegration(t *testing.T) {
 		t.Helper()
 		// Until the quota controller has counted the tenant namespace's
 		// quota (created with the first request), the API server refuses.
-		eventually(t, 30*time.Second, "RemoteNamespace "+source+" created", func() error {
+		clustertest.Eventually(t, 30*time.Second, "RemoteNamespace "+source+" created", func() error {
 			err := c.Create(ctx, replica(source, remote, func(rn *offloadingv1alpha1.RemoteNamespace) { rn.Generation = 0 }))
 			if err != nil && strings.Contains(err.Error(), "status unknown for quota") {
 				return err
 			}
-			must(t, err)
+			clustertest.Must(t, err)
 			return nil
 		})
 	}
 	phase := func(name string, want offloadingv1alpha1.RemoteNamespacePhase, msg string) {
 		t.Helper()
-		eventually(t, time.Minute, "RemoteNamespace "+name+" "+string(want), func() error {
+		clustertest.Eventually(t, time.Minute, "RemoteNamespace "+name+" "+string(want), func() error {
 			rn := &offloadingv1alpha1.RemoteNamespace{}
 			if err := c.Get(ctx, client.ObjectKey{Namespace: tenantNS, Name: name}, rn); err != nil {
 				return err
@@ -140,15 +115,15 @@ func TestIntegration(t *testing.T) {
 
 	t.Run("Pod Security labels corrected", func(t *testing.T) {
 		ns := &corev1.Namespace{}
-		must(t, c.Get(ctx, client.ObjectKey{Name: "web-alpha"}, ns))
+		clustertest.Must(t, c.Get(ctx, client.ObjectKey{Name: "web-alpha"}, ns))
 		if !hasLabels(ns.Labels, oursPSA) {
 			t.Fatalf("labels %v, want %v", ns.Labels, oursPSA)
 		}
 		orig := ns.DeepCopy()
 		ns.Labels["pod-security.kubernetes.io/enforce"] = "privileged"
 		delete(ns.Labels, "pod-security.kubernetes.io/audit")
-		must(t, c.Patch(ctx, ns, client.MergeFrom(orig)))
-		eventually(t, 30*time.Second, "labels corrected", func() error {
+		clustertest.Must(t, c.Patch(ctx, ns, client.MergeFrom(orig)))
+		clustertest.Eventually(t, 30*time.Second, "labels corrected", func() error {
 			if err := c.Get(ctx, client.ObjectKey{Name: "web-alpha"}, ns); err != nil {
 				return err
 			}
@@ -175,7 +150,7 @@ func TestIntegration(t *testing.T) {
 			Tolerations: []corev1.Toleration{
 				{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)},
 			}}}
-		must(t, c.Create(ctx, pod))
+		clustertest.Must(t, c.Create(ctx, pod))
 		want := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}
 		if got := pod.Spec.Containers[0].Resources; !apiequality.Semantic.DeepEqual(got.Requests, want) || got.Limits != nil {
 			t.Errorf("resources %v, want requests %v and no limits", got, want)
@@ -187,10 +162,10 @@ func TestIntegration(t *testing.T) {
 			return &offloadingv1alpha1.ShadowPod{ObjectMeta: metav1.ObjectMeta{Namespace: "web-alpha", Name: name},
 				Spec: offloadingv1alpha1.ShadowPodSpec{Pod: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}}}
 		}
-		must(t, c.Create(ctx, sp("one")))
+		clustertest.Must(t, c.Create(ctx, sp("one")))
 		// The quota's usage may lag behind the first creation: a second one
 		// is refused once it is counted.
-		eventually(t, 30*time.Second, "second ShadowPod refused", func() error {
+		clustertest.Eventually(t, 30*time.Second, "second ShadowPod refused", func() error {
 			err := c.Create(ctx, sp("two"))
 			if err == nil {
 				_ = c.Delete(ctx, sp("two"))
@@ -230,27 +205,27 @@ func TestIntegration(t *testing.T) {
 			}
 			return nil
 		}
-		must(t, quotaIsDesired())
-		must(t, limitRangeIsDesired())
+		clustertest.Must(t, quotaIsDesired())
+		clustertest.Must(t, limitRangeIsDesired())
 
-		must(t, c.Delete(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: "web-alpha", Name: QuotaName}}))
-		must(t, c.Delete(ctx, &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Namespace: "web-alpha", Name: LimitRangeName}}))
-		eventually(t, 30*time.Second, "quota recreated", quotaIsDesired)
-		eventually(t, 30*time.Second, "LimitRange recreated", limitRangeIsDesired)
+		clustertest.Must(t, c.Delete(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: "web-alpha", Name: QuotaName}}))
+		clustertest.Must(t, c.Delete(ctx, &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Namespace: "web-alpha", Name: LimitRangeName}}))
+		clustertest.Eventually(t, 30*time.Second, "quota recreated", quotaIsDesired)
+		clustertest.Eventually(t, 30*time.Second, "LimitRange recreated", limitRangeIsDesired)
 
 		// Raised, and its labels taken away (the controller's cache no
 		// longer holds it).
 		q := &corev1.ResourceQuota{}
-		must(t, c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: QuotaName}, q))
+		clustertest.Must(t, c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: QuotaName}, q))
 		q.Spec.Hard[corev1.ResourcePods] = resource.MustParse("1000000")
 		q.Labels = nil
-		must(t, c.Update(ctx, q))
+		clustertest.Must(t, c.Update(ctx, q))
 		lr := &corev1.LimitRange{}
-		must(t, c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: LimitRangeName}, lr))
+		clustertest.Must(t, c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: LimitRangeName}, lr))
 		lr.Spec.Limits[0].DefaultRequest = nil
-		must(t, c.Update(ctx, lr))
-		eventually(t, 30*time.Second, "quota corrected", quotaIsDesired)
-		eventually(t, 30*time.Second, "LimitRange corrected", limitRangeIsDesired)
+		clustertest.Must(t, c.Update(ctx, lr))
+		clustertest.Eventually(t, 30*time.Second, "quota corrected", quotaIsDesired)
+		clustertest.Eventually(t, 30*time.Second, "LimitRange corrected", limitRangeIsDesired)
 	})
 
 	t.Run("EnforceSameName refused without --allow-same-name-namespaces", func(t *testing.T) {
@@ -267,7 +242,7 @@ func TestIntegration(t *testing.T) {
 		request("more", "more-alpha")
 		msg := "namespace more-alpha is not created: consumer alpha already has 2 remote namespaces on this provider, the most it may have (--max-remote-namespaces-per-tenant=2)"
 		phase("more", offloadingv1alpha1.RemoteNamespaceFailed, msg)
-		eventually(t, 30*time.Second, "Warning Event", func() error {
+		clustertest.Eventually(t, 30*time.Second, "Warning Event", func() error {
 			list := &eventsv1.EventList{}
 			if err := c.List(ctx, list, client.InNamespace(tenantNS)); err != nil {
 				return err
@@ -290,7 +265,7 @@ func TestIntegration(t *testing.T) {
 			t.Errorf("RemoteNamespace over the tenant quota: err = %v, want Forbidden by the tenant namespace's quota", err)
 		}
 		list := &offloadingv1alpha1.RemoteNamespaceList{}
-		must(t, c.List(ctx, list, client.InNamespace(tenantNS)))
+		clustertest.Must(t, c.List(ctx, list, client.InNamespace(tenantNS)))
 		if len(list.Items) > 4 {
 			t.Errorf("%d RemoteNamespaces in %s, the quota allows 4", len(list.Items), tenantNS)
 		}
@@ -299,55 +274,8 @@ func TestIntegration(t *testing.T) {
 		}
 
 		// Room made: the refused request is answered.
-		must(t, c.Delete(ctx, &offloadingv1alpha1.RemoteNamespace{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: "shop"}}))
+		clustertest.Must(t, c.Delete(ctx, &offloadingv1alpha1.RemoteNamespace{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: "shop"}}))
 		phase("more", offloadingv1alpha1.RemoteNamespaceReady, "")
 	})
 	t.Logf("timing: checks done %s after the first namespace was Ready", time.Since(start).Round(time.Millisecond))
-}
-
-// installCRDs applies Annex's CRDs and waits until they are established.
-func installCRDs(ctx context.Context, t *testing.T, c client.Client) {
-	t.Helper()
-	objs, err := cli.DecodeManifests(annexconfig.FS, "crd/*.yaml")
-	must(t, err)
-	for _, o := range objs {
-		must(t, cli.Apply(ctx, c, o))
-	}
-	for _, o := range objs {
-		eventually(t, 30*time.Second, "CRD "+o.GetName()+" established", func() error {
-			crd := &apiextensionsv1.CustomResourceDefinition{}
-			if err := c.Get(ctx, client.ObjectKey{Name: o.GetName()}, crd); err != nil {
-				return err
-			}
-			for _, cond := range crd.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return nil
-				}
-			}
-			return errors.New("not established")
-		})
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// eventually polls check until it returns nil, failing the test after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,12 +25,10 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
-	annexconfig "github.com/annexhq/annex/config"
-	"github.com/annexhq/annex/internal/agent"
-	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/controller/shadowendpointslice"
 	"github.com/annexhq/annex/internal/identity"
 	"github.com/annexhq/annex/internal/localcluster"
+	"github.com/annexhq/annex/internal/localcluster/clustertest"
 )
 
 // TestHostileEndpointsIntegration runs the controller against a real
@@ -42,34 +38,16 @@ import (
 // address, a status that counts the rest and a Warning Event; without a
 // network link nothing is published.
 func TestHostileEndpointsIntegration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
-	if err := localcluster.CheckBinaries(localcluster.DefaultBinDir()); err != nil {
-		t.Skipf("integration test needs the real Kubernetes binaries: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const (
 		remoteNS = "web-alpha"
 		podCIDR  = "10.1.0.0/16"
 	)
-	cluster, err := localcluster.Start(ctx, localcluster.Options{Name: "beta", Dir: filepath.Join(t.TempDir(), "beta"), PodCIDR: podCIDR})
-	must(t, err)
-	t.Cleanup(func() {
-		if err := cluster.Stop(context.Background()); err != nil {
-			t.Errorf("stop cluster: %v", err)
-		}
-	})
-	scheme, err := agent.Scheme()
-	must(t, err)
-	must(t, eventsv1.AddToScheme(scheme))
-	must(t, apiextensionsv1.AddToScheme(scheme))
-	cfg, err := cluster.RESTConfig()
-	must(t, err)
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	must(t, err)
-	installCRDs(ctx, t, c)
+	cluster := clustertest.Start(ctx, t, localcluster.Options{Name: "beta", PodCIDR: podCIDR})
+	scheme := clustertest.Scheme(t)
+	c, cfg := clustertest.Client(t, cluster, scheme)
+	clustertest.InstallCRDs(ctx, t, c)
 
 	// The tenant alpha's remote namespace, the provider's own namespace and
 	// its network links: alpha (pod CIDR 10.2.0.0/16, external CIDR
@@ -80,7 +58,7 @@ func TestHostileEndpointsIntegration(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "own"}},
 		{ObjectMeta: metav1.ObjectMeta{Name: corev1alpha1.AgentNamespace}},
 	} {
-		must(t, c.Create(ctx, ns))
+		clustertest.Must(t, c.Create(ctx, ns))
 	}
 	links := map[string]*networkingv1alpha1.NetworkConfiguration{}
 	for id, remote := range map[string]networkingv1alpha1.ClusterCIDRs{
@@ -92,21 +70,21 @@ func TestHostileEndpointsIntegration(t *testing.T) {
 			Spec: networkingv1alpha1.NetworkConfigurationSpec{RemoteClusterID: id, Remote: remote,
 				Local: networkingv1alpha1.ClusterCIDRs{PodCIDR: podCIDR, ExternalCIDR: "10.71.0.0/16"}},
 		}
-		must(t, c.Create(ctx, nc))
+		clustertest.Must(t, c.Create(ctx, nc))
 		nc.Status.RemappedRemote = &networkingv1alpha1.RemappedCIDRs{}
-		must(t, c.Status().Update(ctx, nc))
+		clustertest.Must(t, c.Status().Update(ctx, nc))
 		links[id] = nc
 	}
 	// A node whose address lies inside alpha's pod CIDR, next to the kwok one.
 	extra := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "extra"}}
-	must(t, c.Create(ctx, extra))
+	clustertest.Must(t, c.Create(ctx, extra))
 	// A merge patch, not an update: the node controllers write the new
 	// node too, and an update would conflict with them.
 	orig := extra.DeepCopy()
 	extra.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.2.200.1"}}
-	must(t, c.Status().Patch(ctx, extra, client.MergeFrom(orig)))
+	clustertest.Must(t, c.Status().Patch(ctx, extra, client.MergeFrom(orig)))
 	kwokNode := &corev1.Node{}
-	must(t, c.Get(ctx, client.ObjectKey{Name: cluster.NodeNames()[0]}, kwokNode))
+	clustertest.Must(t, c.Get(ctx, client.ObjectKey{Name: cluster.NodeNames()[0]}, kwokNode))
 	nodeIP := ""
 	for _, a := range kwokNode.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
@@ -117,13 +95,13 @@ func TestHostileEndpointsIntegration(t *testing.T) {
 		t.Fatalf("node %s has no InternalIP: %+v", kwokNode.Name, kwokNode.Status.Addresses)
 	}
 	// One of the provider's own pods.
-	eventually(t, 30*time.Second, "ServiceAccount own/default", func() error {
+	clustertest.Eventually(t, 30*time.Second, "ServiceAccount own/default", func() error {
 		return c.Get(ctx, client.ObjectKey{Namespace: "own", Name: "default"}, &corev1.ServiceAccount{})
 	})
 	own := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "own", Name: "db"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}}
-	must(t, c.Create(ctx, own))
-	eventually(t, 60*time.Second, "an IP for the provider's pod", func() error {
+	clustertest.Must(t, c.Create(ctx, own))
+	clustertest.Eventually(t, 60*time.Second, "an IP for the provider's pod", func() error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(own), own); err != nil {
 			return err
 		}
@@ -142,11 +120,11 @@ func TestHostileEndpointsIntegration(t *testing.T) {
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 	})
-	must(t, err)
+	clustertest.Must(t, err)
 	r := shadowendpointslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowendpointslice"), shadowendpointslice.Options{
 		LocalCIDRs: shadowendpointslice.IdentityRanges(identity.Identity{PodCIDR: podCIDR, ServiceCIDR: cluster.ServiceCIDR(), ExternalCIDR: "10.71.0.0/16"}),
 	})
-	must(t, r.SetupWithManager(mgr))
+	clustertest.Must(t, r.SetupWithManager(mgr))
 	mgrCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -172,9 +150,9 @@ func TestHostileEndpointsIntegration(t *testing.T) {
 		ses.Spec.Template.Endpoints = append(ses.Spec.Template.Endpoints,
 			discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
 	}
-	must(t, c.Create(ctx, ses))
+	clustertest.Must(t, c.Create(ctx, ses))
 
-	eventually(t, 60*time.Second, "an EndpointSlice with only the legit address", func() error {
+	clustertest.Eventually(t, 60*time.Second, "an EndpointSlice with only the legit address", func() error {
 		got := &discoveryv1.EndpointSlice{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(ses), got); err != nil {
 			return err
@@ -188,8 +166,8 @@ func TestHostileEndpointsIntegration(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, 30*time.Second, "the status counts the refused endpoints", func() error {
-		must(t, c.Get(ctx, client.ObjectKeyFromObject(ses), ses))
+	clustertest.Eventually(t, 30*time.Second, "the status counts the refused endpoints", func() error {
+		clustertest.Must(t, c.Get(ctx, client.ObjectKeyFromObject(ses), ses))
 		cond := meta.FindStatusCondition(ses.Status.Conditions, offloadingv1alpha1.ConditionAddressesAllowed)
 		if ses.Status.RefusedEndpoints != int32(len(hostile)) || cond == nil ||
 			cond.Status != metav1.ConditionFalse || cond.Reason != offloadingv1alpha1.ReasonOutsideConsumerRanges {
@@ -203,13 +181,13 @@ func TestHostileEndpointsIntegration(t *testing.T) {
 		return nil
 	})
 	t.Logf("refused: %s", meta.FindStatusCondition(ses.Status.Conditions, offloadingv1alpha1.ConditionAddressesAllowed).Message)
-	eventually(t, 30*time.Second, "a Warning Event on the ShadowEndpointSlice", func() error {
+	clustertest.Eventually(t, 30*time.Second, "a Warning Event on the ShadowEndpointSlice", func() error {
 		return findEvent(ctx, c, remoteNS, ses.Name, shadowendpointslice.ReasonAddressesRefused)
 	})
 
 	// The link with alpha goes: nothing of alpha's is published any more.
-	must(t, c.Delete(ctx, links["alpha"]))
-	eventually(t, 30*time.Second, "the EndpointSlice deleted without a network link", func() error {
+	clustertest.Must(t, c.Delete(ctx, links["alpha"]))
+	clustertest.Eventually(t, 30*time.Second, "the EndpointSlice deleted without a network link", func() error {
 		err := c.Get(ctx, client.ObjectKeyFromObject(ses), &discoveryv1.EndpointSlice{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -219,8 +197,8 @@ func TestHostileEndpointsIntegration(t *testing.T) {
 		}
 		return err
 	})
-	eventually(t, 30*time.Second, "Ready=False NoNetworkLink", func() error {
-		must(t, c.Get(ctx, client.ObjectKeyFromObject(ses), ses))
+	clustertest.Eventually(t, 30*time.Second, "Ready=False NoNetworkLink", func() error {
+		clustertest.Must(t, c.Get(ctx, client.ObjectKeyFromObject(ses), ses))
 		if cond := meta.FindStatusCondition(ses.Status.Conditions, offloadingv1alpha1.ConditionReady); cond == nil ||
 			cond.Reason != offloadingv1alpha1.ReasonNoNetworkLink {
 			return fmt.Errorf("condition Ready %+v", cond)
@@ -240,50 +218,4 @@ func findEvent(ctx context.Context, c client.Client, ns, name, reason string) er
 		}
 	}
 	return fmt.Errorf("no %s Event among %d", reason, len(list.Items))
-}
-
-// installCRDs applies Annex's CRDs and waits until they are established.
-func installCRDs(ctx context.Context, t *testing.T, c client.Client) {
-	t.Helper()
-	objs, err := cli.DecodeManifests(annexconfig.FS, "crd/*.yaml")
-	must(t, err)
-	for _, o := range objs {
-		must(t, cli.Apply(ctx, c, o))
-	}
-	for _, o := range objs {
-		eventually(t, 30*time.Second, "CRD "+o.GetName()+" established", func() error {
-			crd := &apiextensionsv1.CustomResourceDefinition{}
-			if err := c.Get(ctx, client.ObjectKey{Name: o.GetName()}, crd); err != nil {
-				return err
-			}
-			for _, cond := range crd.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return nil
-				}
-			}
-			return errors.New("not established")
-		})
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = cond(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %s: %v", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

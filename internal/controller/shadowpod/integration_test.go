@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,12 +11,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,12 +21,11 @@ import (
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
-	annexconfig "github.com/annexhq/annex/config"
-	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/controller/replicator"
 	"github.com/annexhq/annex/internal/controller/resourceslice"
 	"github.com/annexhq/annex/internal/controller/shadowpod"
 	"github.com/annexhq/annex/internal/localcluster"
+	"github.com/annexhq/annex/internal/localcluster/clustertest"
 )
 
 // TestQuotaIntegration runs the provider's resourceslice and shadowpod
@@ -41,32 +36,12 @@ import (
 // refused, and a pod orphaned by a ShadowPod deleted with
 // propagationPolicy Orphan is deleted and counts until it is gone.
 func TestQuotaIntegration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
-	if err := localcluster.CheckBinaries(localcluster.DefaultBinDir()); err != nil {
-		t.Skipf("integration test needs the real Kubernetes binaries: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cluster, err := localcluster.Start(ctx, localcluster.Options{Name: "beta", Dir: filepath.Join(t.TempDir(), "beta")})
-	if cluster != nil {
-		t.Cleanup(func() {
-			if err := cluster.Stop(context.Background()); err != nil {
-				t.Errorf("stop cluster: %v", err)
-			}
-		})
-	}
-	must(t, err)
-	cfg, err := cluster.RESTConfig()
-	must(t, err)
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, corev1alpha1.AddToScheme, offloadingv1alpha1.AddToScheme, apiextensionsv1.AddToScheme} {
-		must(t, add(scheme))
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	must(t, err)
-	installCRDs(ctx, t, c)
+	cluster := clustertest.Start(ctx, t, localcluster.Options{Name: "beta"})
+	scheme := clustertest.Scheme(t)
+	c, cfg := clustertest.Client(t, cluster, scheme)
+	clustertest.InstallCRDs(ctx, t, c)
 
 	const (
 		consumer = "alpha"
@@ -74,19 +49,19 @@ func TestQuotaIntegration(t *testing.T) {
 	)
 	tenant := corev1alpha1.TenantNamespaceName(consumer)
 	for _, name := range []string{tenant, ns} {
-		must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		clustertest.Must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			corev1alpha1.LabelRemoteClusterID: consumer, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex,
 		}}}))
 	}
-	eventually(t, time.Minute, "ServiceAccount default in "+ns, func() error {
+	clustertest.Eventually(t, time.Minute, "ServiceAccount default in "+ns, func() error {
 		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "default"}, &corev1.ServiceAccount{})
 	})
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	must(t, err)
+	clustertest.Must(t, err)
 	opts := shadowpod.DefaultOptions()
-	must(t, shadowpod.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowpod"), opts).SetupWithManager(mgr))
-	must(t, resourceslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-resourceslice"), "beta", resourceslice.Options{}).SetupWithManager(mgr))
+	clustertest.Must(t, shadowpod.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowpod"), opts).SetupWithManager(mgr))
+	clustertest.Must(t, resourceslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-resourceslice"), "beta", resourceslice.Options{}).SetupWithManager(mgr))
 	mgrDone := make(chan struct{})
 	go func() {
 		defer close(mgrDone)
@@ -113,7 +88,7 @@ func TestQuotaIntegration(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	eventually(t, time.Minute, "one slice accepted, the other denied", func() error {
+	clustertest.Eventually(t, time.Minute, "one slice accepted, the other denied", func() error {
 		phases := map[corev1alpha1.ResourceSlicePhase]int{}
 		var denial string
 		for _, name := range []string{"one", "two"} {
@@ -159,10 +134,10 @@ func TestQuotaIntegration(t *testing.T) {
 	const hold = "test.annex.dev/hold"
 	orig := big.DeepCopy()
 	big.Finalizers = append(big.Finalizers, hold)
-	must(t, c.Patch(ctx, big, client.MergeFrom(orig)))
+	clustertest.Must(t, c.Patch(ctx, big, client.MergeFrom(orig)))
 	sp := &offloadingv1alpha1.ShadowPod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "big"}}
-	must(t, c.Delete(ctx, sp, client.PropagationPolicy(metav1.DeletePropagationOrphan)))
-	eventually(t, time.Minute, "the orphaned pod deleted by the controller", func() error {
+	clustertest.Must(t, c.Delete(ctx, sp, client.PropagationPolicy(metav1.DeletePropagationOrphan)))
+	clustertest.Eventually(t, time.Minute, "the orphaned pod deleted by the controller", func() error {
 		p := &corev1.Pod{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(big), p); err != nil {
 			return err
@@ -189,7 +164,7 @@ func TestQuotaIntegration(t *testing.T) {
 	waitRefused(ctx, t, c, ns, "huge", "cpu 21 requested + ")
 	time.Sleep(3 * time.Second)
 	next := &offloadingv1alpha1.ShadowPod{}
-	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "next"}, next))
+	clustertest.Must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "next"}, next))
 	if next.Status.Phase == corev1.PodFailed {
 		t.Errorf("next refused while the orphaned pod was only going away: %+v", next.Status)
 	}
@@ -197,10 +172,10 @@ func TestQuotaIntegration(t *testing.T) {
 		t.Errorf("pod of next while the orphaned pod still runs: err = %v, want NotFound", err)
 	}
 	// Once it is gone, next runs.
-	must(t, c.Get(ctx, client.ObjectKeyFromObject(big), big))
+	clustertest.Must(t, c.Get(ctx, client.ObjectKeyFromObject(big), big))
 	orig = big.DeepCopy()
 	big.Finalizers = nil
-	must(t, c.Patch(ctx, big, client.MergeFrom(orig)))
+	clustertest.Must(t, c.Patch(ctx, big, client.MergeFrom(orig)))
 	waitPod(ctx, t, c, ns, "next")
 }
 
@@ -220,13 +195,13 @@ func createShadowPod(ctx context.Context, t *testing.T, c client.Client, ns, nam
 	for _, m := range mutate {
 		m(sp)
 	}
-	must(t, c.Create(ctx, sp))
+	clustertest.Must(t, c.Create(ctx, sp))
 }
 
 func waitPod(ctx context.Context, t *testing.T, c client.Client, ns, name string) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{}
-	eventually(t, time.Minute, "pod "+name, func() error {
+	clustertest.Eventually(t, time.Minute, "pod "+name, func() error {
 		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod)
 	})
 	return pod
@@ -234,7 +209,7 @@ func waitPod(ctx context.Context, t *testing.T, c client.Client, ns, name string
 
 func waitRefused(ctx context.Context, t *testing.T, c client.Client, ns, name, msg string) {
 	t.Helper()
-	eventually(t, time.Minute, "ShadowPod "+name+" refused", func() error {
+	clustertest.Eventually(t, time.Minute, "ShadowPod "+name+" refused", func() error {
 		sp := &offloadingv1alpha1.ShadowPod{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sp); err != nil {
 			return err
@@ -246,51 +221,5 @@ func waitRefused(ctx context.Context, t *testing.T, c client.Client, ns, name, m
 	})
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
 		t.Errorf("pod of refused ShadowPod %s: err = %v, want NotFound", name, err)
-	}
-}
-
-// installCRDs applies Annex's CRDs and waits until they are established.
-func installCRDs(ctx context.Context, t *testing.T, c client.Client) {
-	t.Helper()
-	objs, err := cli.DecodeManifests(annexconfig.FS, "crd/*.yaml")
-	must(t, err)
-	for _, o := range objs {
-		must(t, cli.Apply(ctx, c, o))
-	}
-	for _, o := range objs {
-		eventually(t, 30*time.Second, "CRD "+o.GetName()+" established", func() error {
-			crd := &apiextensionsv1.CustomResourceDefinition{}
-			if err := c.Get(ctx, client.ObjectKey{Name: o.GetName()}, crd); err != nil {
-				return err
-			}
-			for _, cond := range crd.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return nil
-				}
-			}
-			return errors.New("not established")
-		})
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }

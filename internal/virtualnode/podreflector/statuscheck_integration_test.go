@@ -3,7 +3,6 @@ package podreflector
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/localcluster"
+	"github.com/annexhq/annex/internal/localcluster/clustertest"
 )
 
 // TestTranslatedStatusAccepted writes what TranslateStatus makes of every
@@ -20,23 +20,9 @@ import (
 // lying provider must never produce a status this cluster refuses (the
 // status queue would retry it forever).
 func TestTranslatedStatusAccepted(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
-	if err := localcluster.CheckBinaries(localcluster.DefaultBinDir()); err != nil {
-		t.Skipf("integration test needs the real Kubernetes binaries: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, err := localcluster.Start(ctx, localcluster.Options{Name: "consumer", Dir: filepath.Join(t.TempDir(), "consumer")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(context.Background()); err != nil {
-			t.Errorf("stop cluster: %v", err)
-		}
-	})
+	c := clustertest.Start(ctx, t, localcluster.Options{Name: "consumer"})
 	cfg, err := c.RESTConfig()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,141 @@
+// Package clustertest holds the set-up shared by integration tests that run
+// against real API servers started by internal/localcluster: starting a
+// cluster (skipped with -short or without the Kubernetes binaries, stopped
+// with the test), clients, installing Annex's CRDs, and the small must and
+// eventually helpers. It is for tests only: no production code may import
+// it.
+package clustertest
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	annexconfig "github.com/annexhq/annex/config"
+	"github.com/annexhq/annex/internal/agent"
+	"github.com/annexhq/annex/internal/cli"
+	"github.com/annexhq/annex/internal/localcluster"
+)
+
+// Start starts a local cluster for an integration test and stops it when the
+// test ends (reporting a failed stop as a test error). The test is skipped
+// with -short and when the Kubernetes binaries are missing. An empty o.Dir
+// becomes a directory named o.Name under t.TempDir(). ctx bounds the startup
+// only.
+func Start(ctx context.Context, t *testing.T, o localcluster.Options) *localcluster.Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: skipped with -short")
+	}
+	binDir := o.BinDir
+	if binDir == "" {
+		binDir = localcluster.DefaultBinDir()
+	}
+	if err := localcluster.CheckBinaries(binDir); err != nil {
+		t.Skipf("integration test needs the real Kubernetes binaries: %v", err)
+	}
+	if o.Dir == "" {
+		o.Dir = filepath.Join(t.TempDir(), o.Name)
+	}
+	lc, err := localcluster.Start(ctx, o)
+	if lc != nil {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := lc.Stop(ctx); err != nil {
+				t.Errorf("stop cluster %s: %v", lc.Name(), err)
+			}
+		})
+	}
+	Must(t, err)
+	return lc
+}
+
+// Scheme returns the agent's scheme with the apiextensions types (for the
+// CRDs) and whatever add registers.
+func Scheme(t *testing.T, add ...func(*runtime.Scheme) error) *runtime.Scheme {
+	t.Helper()
+	s, err := agent.Scheme()
+	Must(t, err)
+	for _, f := range append([]func(*runtime.Scheme) error{apiextensionsv1.AddToScheme}, add...) {
+		Must(t, f(s))
+	}
+	return s
+}
+
+// Client returns the cluster's admin REST config and a client of it with
+// scheme.
+func Client(t *testing.T, lc *localcluster.Cluster, scheme *runtime.Scheme) (client.Client, *rest.Config) {
+	t.Helper()
+	cfg, err := lc.RESTConfig()
+	Must(t, err)
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	Must(t, err)
+	return c, cfg
+}
+
+// Connect connects to the cluster as annexctl does with its admin
+// kubeconfig.
+func Connect(ctx context.Context, t *testing.T, lc *localcluster.Cluster) *cli.Cluster {
+	t.Helper()
+	c, err := cli.Connect(ctx, lc.KubeconfigPath(), 15*time.Second)
+	Must(t, err)
+	return c
+}
+
+// InstallCRDs applies Annex's CRDs with c (whose scheme must know the
+// apiextensions types) and waits until they are established.
+func InstallCRDs(ctx context.Context, t *testing.T, c client.Client) {
+	t.Helper()
+	objs, err := cli.DecodeManifests(annexconfig.FS, "crd/*.yaml")
+	Must(t, err)
+	for _, o := range objs {
+		Must(t, cli.Apply(ctx, c, o))
+	}
+	for _, o := range objs {
+		Eventually(t, 30*time.Second, "CRD "+o.GetName()+" established", func() error {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := c.Get(ctx, client.ObjectKey{Name: o.GetName()}, crd); err != nil {
+				return err
+			}
+			for _, cond := range crd.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					return nil
+				}
+			}
+			return errors.New("not established")
+		})
+	}
+}
+
+// Must fails the test at once on an error.
+func Must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Eventually polls cond until it returns nil, failing the test with what and
+// cond's last error after timeout.
+func Eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %s: %v", what, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
