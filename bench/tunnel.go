@@ -340,7 +340,7 @@ func (tn *tunnelNet) startGateway(r string, cfg gateway.Config) error {
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }() // the child has its own descriptor
 	cmd := exec.Command("ip", "netns", "exec", r, filepath.Join(tn.bin, "annex-gateway"),
 		"--config", conf, "--status", filepath.Join(tn.dir, r+"-status.json"), "--interval", "1s")
 	cmd.Stdout, cmd.Stderr = logf, logf

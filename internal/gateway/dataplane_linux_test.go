@@ -239,7 +239,7 @@ func (tp *topology) nftConn(ns string) *nftables.Conn {
 	if err != nil {
 		tp.t.Fatal(err)
 	}
-	tp.t.Cleanup(func() { f.Close() })
+	tp.t.Cleanup(func() { _ = f.Close() }) // read only
 	n, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
 	if err != nil {
 		tp.t.Fatal(err)
@@ -269,7 +269,7 @@ func (tp *topology) nftRules(ns string) map[string]int {
 	if err != nil {
 		tp.t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	n, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
 	if err != nil {
 		tp.t.Fatal(err)
