@@ -305,7 +305,7 @@ func tunnelConfigs() (a, b gateway.Config, err error) {
 		if keys[i], err = gateway.GenerateKey(); err != nil {
 			return a, b, err
 		}
-		if keys[i+1], err = keys[i].Public(); err != nil {
+		if keys[i+1], err = keys[i].Public(); err != nil { //nolint:gosec // G602: i+1 <= 3 < len(keys)
 			return a, b, err
 		}
 	}

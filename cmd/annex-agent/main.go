@@ -207,7 +207,7 @@ func run() error {
 		log.Error(err, "lost leadership; restarting")
 		time.Sleep(2 * time.Second)
 		self, _ := os.Executable()
-		return syscall.Exec(self, os.Args, os.Environ())
+		return syscall.Exec(self, os.Args, os.Environ()) //nolint:gosec // G204: the agent re-executes its own binary with its own arguments
 	}
 	return err
 }

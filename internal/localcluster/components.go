@@ -243,8 +243,8 @@ func nodeCIDR(podCIDR string, index int) (string, error) {
 	}
 	ip := n.IP.To4()
 	v := uint32(ip[0])<<24 | uint32(ip[1])<<16 | uint32(ip[2])<<8 | uint32(ip[3])
-	v += uint32(index) << (32 - mask)
-	out := net.IPv4(byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+	v += uint32(index) << (32 - mask)                              //nolint:gosec // G115: index is checked against the room in the CIDR above
+	out := net.IPv4(byte(v>>24), byte(v>>16), byte(v>>8), byte(v)) //nolint:gosec // G115: taking the address's bytes
 	return fmt.Sprintf("%s/%d", out, mask), nil
 }
 
