@@ -160,7 +160,7 @@ func run() error {
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&foreigncluster.Reconciler{Client: mgr.GetClient(), Remote: remotes},
 		&credentials.Reconciler{Client: mgr.GetClient(), Remotes: remotes, Clock: clock.RealClock{},
-			Recorder: mgr.GetEventRecorderFor("annex-credentials"), RenewFraction: renewFraction, Retry: 5 * time.Second},
+			Recorder: mgr.GetEventRecorder("annex-credentials"), RenewFraction: renewFraction, Retry: 5 * time.Second},
 		replicator.New(mgr.GetClient(), remotes, id.ClusterID, corev1alpha1.GroupVersion.WithKind("ResourceSlice"), replicator.Options{}),
 		replicator.New(mgr.GetClient(), remotes, id.ClusterID, offloadingv1alpha1.GroupVersion.WithKind("RemoteNamespace"), replicator.Options{}),
 		&namespaceoffloading.Reconciler{Client: mgr.GetClient(), LocalClusterID: id.ClusterID},

@@ -476,7 +476,7 @@ func (r *Reconciler) report(ctx context.Context, ncs []networkingv1alpha1.Networ
 		r.mu.Lock()
 		countersAt := r.countersAt[nc.Name]
 		r.mu.Unlock()
-		if !needsWrite(nc, cond, tun, now.Time.Sub(countersAt) >= countersRefresh) {
+		if !needsWrite(nc, cond, tun, now.Sub(countersAt) >= countersRefresh) {
 			continue
 		}
 		patch := client.MergeFromWithOptions(nc.DeepCopy(), client.MergeFromWithOptimisticLock{})
