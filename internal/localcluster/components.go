@@ -20,10 +20,6 @@ const (
 	Kwok              = "kwok"
 )
 
-// startOrder is the order components are started in (and reported by
-// Status); Stop goes the other way.
-var startOrder = []string{Etcd, APIServer, ControllerManager, Scheduler, Kwok}
-
 // Labels and annotations of the kwok nodes Start creates.
 const (
 	// NodeTypeLabel is set to NodeTypeKwok on every simulated node; kwok
