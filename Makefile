@@ -7,6 +7,8 @@ GO ?= go
 VERSION ?=
 LDFLAGS := $(if $(VERSION),-X github.com/annexhq/annex/internal/version.Version=$(VERSION))
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+# Pinned; built from the module proxy on first use (a few minutes), cached after.
+GOLANGCI_LINT := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 E2E_TIMEOUT ?= 25m
 BENCH_SCALE ?= small
 BENCH_ARGS ?=
@@ -27,12 +29,18 @@ generate: ## Regenerate deepcopy code, CRDs (config/crd) and agent RBAC (config/
 	$(CONTROLLER_GEN) rbac:roleName=annex-agent paths=./internal/... output:rbac:dir=config/rbac
 
 .PHONY: verify
-verify: generate ## Fail if generated code is stale, code is not gofmt'ed, or go vet complains.
+verify: generate ## Fail if generated code is stale, code is not gofmt'ed, go vet or golangci-lint complains.
 	@if [ -n "$$(git status --porcelain -- apis config)" ]; then \
 		echo "generated files are out of date; run 'make generate' and commit:"; git status --porcelain -- apis config; exit 1; fi
 	@if [ -n "$$(gofmt -l $$(git ls-files '*.go'))" ]; then echo "not gofmt'ed:"; gofmt -l $$(git ls-files '*.go'); exit 1; fi
 	$(GO) vet ./...
 	cd tools/kube && $(GO) vet ./...
+	$(MAKE) --no-print-directory lint
+
+.PHONY: lint
+lint: ## Run golangci-lint (errcheck, gosec, govet, ineffassign, staticcheck, unused; .golangci.yml) on both modules.
+	$(GOLANGCI_LINT) run ./...
+	cd tools/kube && $(GOLANGCI_LINT) run ./...
 
 .PHONY: tools
 tools: ## Build the Kubernetes binaries (only those missing) and print their cache directory.

@@ -243,7 +243,7 @@ func deployment(ns, name string, replicas int) *appsv1.Deployment {
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(replicas)),
+			Replicas: ptr.To(int32(replicas)), //nolint:gosec // G115: a burst is at most some thousand pods
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},

@@ -338,9 +338,10 @@ func (l *logger) printf(format string, args ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	line := fmt.Sprintf("[%s] %s\n", fmtElapsed(time.Since(l.start)), fmt.Sprintf(format, args...))
-	os.Stdout.WriteString(line)
+	// Best effort, like every log line: a failed write does not stop the run.
+	_, _ = os.Stdout.WriteString(line)
 	if l.file != nil {
-		l.file.WriteString(line)
+		_, _ = l.file.WriteString(line)
 	}
 }
 

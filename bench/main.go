@@ -127,7 +127,7 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
 	}
-	defer logFile.Close()
+	defer func() { _ = logFile.Close() }() // the log is best effort (see logger)
 	l := &logger{start: start, file: logFile}
 	r := &Results{Environment: newEnvironment(start), Config: cfg, Notes: notes}
 	r.Environment.ProviderNodes = providerNodes(cfg.maxPods())

@@ -67,8 +67,11 @@ func (e *env) captureProfile(ctx context.Context, a *agentProc, target, kind, wh
 	if err != nil {
 		return p, err
 	}
-	defer f.Close()
-	if _, err := io.Copy(f, resp.Body); err != nil {
+	_, err = io.Copy(f, resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return p, err
 	}
 	p.tmp = f.Name()

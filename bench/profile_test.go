@@ -18,7 +18,9 @@ func TestSaveProfile(t *testing.T) {
 	if err := pprof.WriteHeapProfile(f); err != nil {
 		t.Fatal(err)
 	}
-	f.Close()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
 	p := Profile{Target: keyRSS, Agent: "alpha", Kind: "heap", When: "now", tmp: tmp}
 	out := filepath.Join(dir, "results")
 	if err := os.Mkdir(out, 0o755); err != nil {

@@ -305,7 +305,7 @@ func tunnelConfigs() (a, b gateway.Config, err error) {
 		if keys[i], err = gateway.GenerateKey(); err != nil {
 			return a, b, err
 		}
-		if keys[i+1], err = keys[i].Public(); err != nil {
+		if keys[i+1], err = keys[i].Public(); err != nil { //nolint:gosec // G602: i+1 <= 3 < len(keys)
 			return a, b, err
 		}
 	}
@@ -340,7 +340,7 @@ func (tn *tunnelNet) startGateway(r string, cfg gateway.Config) error {
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }() // the child has its own descriptor
 	cmd := exec.Command("ip", "netns", "exec", r, filepath.Join(tn.bin, "annex-gateway"),
 		"--config", conf, "--status", filepath.Join(tn.dir, r+"-status.json"), "--interval", "1s")
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -190,16 +190,6 @@ func watchEndpoints(ctx context.Context, k *kube, ns, svc string) (*endpointWatc
 	return w, nil
 }
 
-// ready is the current number of ready endpoints.
-func (w *endpointWatch) ready() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.history) == 0 {
-		return 0
-	}
-	return w.history[len(w.history)-1].ready
-}
-
 // waitCount waits until the ready count is want and returns when it first
 // was, at or after since.
 func (w *endpointWatch) waitCount(ctx context.Context, since time.Time, want int, timeout time.Duration) (time.Time, error) {

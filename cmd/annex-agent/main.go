@@ -184,7 +184,7 @@ func run() error {
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&foreigncluster.Reconciler{Client: mgr.GetClient(), Remote: remotes},
 		&credentials.Reconciler{Client: mgr.GetClient(), Remotes: remotes, Clock: clock.RealClock{},
-			Recorder: mgr.GetEventRecorderFor("annex-credentials"), RenewFraction: renewFraction, Retry: 5 * time.Second},
+			Recorder: mgr.GetEventRecorder("annex-credentials"), RenewFraction: renewFraction, Retry: 5 * time.Second},
 		replicator.New(mgr.GetClient(), remotes, id.ClusterID, corev1alpha1.GroupVersion.WithKind("ResourceSlice"),
 			replicator.Options{Recorder: mgr.GetEventRecorder("annex-replicator")}),
 		replicator.New(mgr.GetClient(), remotes, id.ClusterID, offloadingv1alpha1.GroupVersion.WithKind("RemoteNamespace"),
@@ -233,7 +233,7 @@ func run() error {
 		log.Error(err, "lost leadership; restarting")
 		time.Sleep(2 * time.Second)
 		self, _ := os.Executable()
-		return syscall.Exec(self, os.Args, os.Environ())
+		return syscall.Exec(self, os.Args, os.Environ()) //nolint:gosec // G204: the agent re-executes its own binary with its own arguments
 	}
 	return err
 }

@@ -30,7 +30,7 @@ func ranges(ps []netip.Prefix) []addrRange {
 		}
 		first := u32(p.Masked().Addr())
 		size := uint64(1) << (32 - p.Bits())
-		rs = append(rs, addrRange{first, uint32(uint64(first) + size - 1)})
+		rs = append(rs, addrRange{first, uint32(uint64(first) + size - 1)}) //nolint:gosec // G115: first is aligned to size, so the last address fits
 	}
 	slices.SortFunc(rs, func(a, b addrRange) int {
 		switch {
@@ -72,7 +72,7 @@ func Aggregate(ps []netip.Prefix) []netip.Prefix {
 				}
 				bits--
 			}
-			out = append(out, netip.PrefixFrom(addr4(uint32(cur)), bits))
+			out = append(out, netip.PrefixFrom(addr4(uint32(cur)), bits)) //nolint:gosec // G115: cur <= r.last, a uint32
 			cur += uint64(1) << (32 - bits)
 		}
 	}

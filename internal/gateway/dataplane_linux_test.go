@@ -239,7 +239,7 @@ func (tp *topology) nftConn(ns string) *nftables.Conn {
 	if err != nil {
 		tp.t.Fatal(err)
 	}
-	tp.t.Cleanup(func() { f.Close() })
+	tp.t.Cleanup(func() { _ = f.Close() }) // read only
 	n, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
 	if err != nil {
 		tp.t.Fatal(err)
@@ -269,7 +269,7 @@ func (tp *topology) nftRules(ns string) map[string]int {
 	if err != nil {
 		tp.t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	n, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
 	if err != nil {
 		tp.t.Fatal(err)
@@ -523,7 +523,7 @@ func TestTunnelWithOverlappingCIDRs(t *testing.T) {
 	// A link removed while its gateway was down: the next gateway removes
 	// the rule and the table its predecessor left.
 	ga.stop(syscall.SIGKILL)
-	ga = tp.startGateway("ra", Config{Links: []Link{}})
+	tp.startGateway("ra", Config{Links: []Link{}}) // stopped by the test's cleanup
 	tp.eventually("a's routing of the removed link gone", func() error {
 		if rules, routes := tp.routing("ra", "b"); rules != 0 || routes != "" {
 			return fmt.Errorf("%d rules, routes %q", rules, routes)

@@ -115,7 +115,7 @@ func (c *csrCerts) run(ctx context.Context, ready chan<- struct{}) {
 			return // ctx ended
 		}
 		c.holder.cur.Store(cert)
-		renew := renewalTime(cert.Leaf, 0.7+0.2*mathrand.Float64())
+		renew := renewalTime(cert.Leaf, 0.7+0.2*mathrand.Float64()) //nolint:gosec // G404: jitter, not a secret
 		c.log.Info("Serving certificate issued", "notAfter", cert.Leaf.NotAfter, "renewAt", renew)
 		if first {
 			close(ready)

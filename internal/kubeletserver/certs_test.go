@@ -232,7 +232,9 @@ func TestStartWithCertificateFiles(t *testing.T) {
 	go func() { done <- s.Start(ctx) }()
 	defer func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("Start: %v", err)
+		}
 	}()
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.pool(), MinVersion: tls.VersionTLS12}}}
 	deadline := time.Now().Add(30 * time.Second)

@@ -181,7 +181,7 @@ func (s *Server) Start(ctx context.Context) error {
 		defer close(done)
 		<-ctx.Done()
 		// Streams (follow, exec) end with ctx through BaseContext.
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()

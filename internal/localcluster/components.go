@@ -20,10 +20,6 @@ const (
 	Kwok              = "kwok"
 )
 
-// startOrder is the order components are started in (and reported by
-// Status); Stop goes the other way.
-var startOrder = []string{Etcd, APIServer, ControllerManager, Scheduler, Kwok}
-
 // Labels and annotations of the kwok nodes Start creates.
 const (
 	// NodeTypeLabel is set to NodeTypeKwok on every simulated node; kwok
@@ -243,8 +239,8 @@ func nodeCIDR(podCIDR string, index int) (string, error) {
 	}
 	ip := n.IP.To4()
 	v := uint32(ip[0])<<24 | uint32(ip[1])<<16 | uint32(ip[2])<<8 | uint32(ip[3])
-	v += uint32(index) << (32 - mask)
-	out := net.IPv4(byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+	v += uint32(index) << (32 - mask)                              //nolint:gosec // G115: index is checked against the room in the CIDR above
+	out := net.IPv4(byte(v>>24), byte(v>>16), byte(v>>8), byte(v)) //nolint:gosec // G115: taking the address's bytes
 	return fmt.Sprintf("%s/%d", out, mask), nil
 }
 

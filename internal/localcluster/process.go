@@ -89,7 +89,7 @@ func spawn(spec spawnSpec) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer logf.Close() // the child has its own descriptor
+	defer func() { _ = logf.Close() }() // the child has its own descriptor
 	fmt.Fprintf(logf, "%s%s starting %s %s\n", logMarker, time.Now().Format(time.RFC3339), spec.binary, strings.Join(spec.args, " "))
 
 	cmd := exec.Command(spec.binary, spec.args...)
@@ -264,7 +264,7 @@ func logTail(path string, n int) string {
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	const max = 64 << 10
 	if fi, err := f.Stat(); err == nil && fi.Size() > max {
 		if _, err := f.Seek(fi.Size()-max, io.SeekStart); err != nil {

@@ -106,9 +106,9 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 		return err
 	}
 	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
+		if err != nil { // best-effort cleanup: err is what the caller gets
+			_ = f.Close()
+			_ = os.Remove(f.Name())
 		}
 	}()
 	if _, err = f.Write(data); err != nil {

@@ -369,7 +369,7 @@ func (n *virtualNode) runNodeController(ctx context.Context) {
 	backoff := time.Second
 	for ctx.Err() == nil {
 		nc, err := vknode.NewNodeController(n, n.node(), nodes,
-			vknode.WithNodeEnableLeaseV1(leases, int32(n.deps.opts.LeaseDuration/time.Second)),
+			vknode.WithNodeEnableLeaseV1(leases, int32(n.deps.opts.LeaseDuration/time.Second)), //nolint:gosec // G115: seconds of a lease; 2^31 s is 68 years
 			vknode.WithNodeStatusUpdateInterval(n.deps.opts.StatusUpdateInterval),
 			vknode.WithNodeStatusUpdateErrorHandler(n.recreateNode),
 		)

@@ -105,7 +105,7 @@ func buildNode(p nodeParams) *corev1.Node {
 				{Type: corev1.NodeInternalIP, Address: p.NodeIP},
 			},
 			DaemonEndpoints: corev1.NodeDaemonEndpoints{
-				KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(p.KubeletPort)},
+				KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(p.KubeletPort)}, //nolint:gosec // G115: --kubelet-port is validated to 0..65535
 			},
 			NodeInfo: corev1.NodeSystemInfo{
 				OperatingSystem:         "linux",

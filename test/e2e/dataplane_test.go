@@ -41,7 +41,7 @@ func (g *gatewayProc) start(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer logFile.Close()
+	defer func() { _ = logFile.Close() }() // the child has its own descriptor
 	g.cmd = exec.Command(filepath.Join(env.bin, "annex-gateway"), "--config", g.config, "--status", g.status, "--interval", "500ms")
 	g.cmd.Stdout, g.cmd.Stderr = logFile, logFile
 	if err := sandboxnet.StartInNetns(sandboxnet.RouterNetns(g.cluster), g.cmd); err != nil {

@@ -46,7 +46,7 @@ func run(m *testing.M) (code int) {
 	}
 	env.dir = dir
 	if os.Getenv("ANNEX_E2E_KEEP") == "" {
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }() // best-effort cleanup of the temporary directory
 	} else {
 		defer fmt.Fprintf(os.Stderr, "e2e: kept %s (ANNEX_E2E_KEEP is set)\n", dir)
 	}

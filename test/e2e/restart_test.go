@@ -20,7 +20,7 @@ import (
 func checkRestarts(t *testing.T, ns string, n int, alpha, betaAgent *testAgent, ca, cb, cg client.Client) {
 	ctx := context.Background()
 	remoteNS := ns + "-alpha"
-	dep := deployment(ns, "burst", int32(n))
+	dep := deployment(ns, "burst", int32(n)) //nolint:gosec // G115: n is a small pod count
 	if err := ca.Create(ctx, dep); err != nil {
 		t.Fatal(err)
 	}

@@ -110,7 +110,7 @@ func build(b binary, dst string) error {
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(gobin)
+		defer func() { _ = os.RemoveAll(gobin) }() // best-effort cleanup of the temporary GOBIN
 		cmd = exec.Command("go", "install", "-trimpath", b.pkg)
 		cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=-mod=mod", "GOWORK=off")
 		cmd.Dir = os.TempDir()
@@ -126,7 +126,7 @@ func build(b binary, dst string) error {
 		cmd.Env = append(os.Environ(), "GOWORK=off")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
-			os.Remove(tmp)
+			_ = os.Remove(tmp) // best-effort cleanup; err is what counts
 			return err
 		}
 	}

@@ -118,11 +118,11 @@ const (
 	ConsumerServiceAccountName = "annex-consumer"
 	// CredentialsSecretName is the Secret, in a consumer's peer namespace for
 	// a provider, holding the kubeconfig the consumer uses to reach it.
-	CredentialsSecretName = "annex-credentials"
+	CredentialsSecretName = "annex-credentials" //nolint:gosec // G101: a Secret's name, not a credential
 	// CredentialsKubeconfigKey is the key of that Secret holding the kubeconfig.
 	CredentialsKubeconfigKey = "kubeconfig"
 	// AnnotationTokenExpiry on the credentials Secret is when its token expires (RFC 3339).
-	AnnotationTokenExpiry = "annex.dev/token-expiry"
+	AnnotationTokenExpiry = "annex.dev/token-expiry" //nolint:gosec // G101: an annotation key, not a credential
 	// AnnotationServiceAccount on the credentials Secret is <namespace>/<name>
 	// of the ServiceAccount on the provider whose token it holds.
 	AnnotationServiceAccount = "annex.dev/service-account"

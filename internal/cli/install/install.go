@@ -252,7 +252,7 @@ func checkExisting(ctx context.Context, c *cli.Cluster, wanted string) (string, 
 		return "", c.Unreachable(err)
 	default:
 		if v := ns.Labels[VersionLabel]; v != "" && v != version.Version {
-			return "", fmt.Errorf("Annex %s is already installed in %s; this annexctl is %s: run `annexctl uninstall` with the matching version first", v, c.Host, version.Version)
+			return "", fmt.Errorf("Annex %s is already installed in %s; this annexctl is %s: run `annexctl uninstall` with the matching version first", v, c.Host, version.Version) //nolint:staticcheck // ST1005: the message starts with the product's name
 		}
 		if ns.DeletionTimestamp != nil {
 			return "", fmt.Errorf("namespace %s is being deleted (an uninstall is in progress); wait for it to finish", corev1alpha1.AgentNamespace)

@@ -79,8 +79,8 @@ func tunnels(sa, sb Side, ga, gb *Gateway) (ta, tb *networkingv1alpha1.TunnelSpe
 	}
 	pa, pb := tunnelPort(sa, b), tunnelPort(sb, a)
 	ta = &networkingv1alpha1.TunnelSpec{ListenPort: pa, RemotePublicKey: gb.PublicKey,
-		RemoteEndpoint: netip.AddrPortFrom(gb.Address, uint16(pb)).String()}
+		RemoteEndpoint: netip.AddrPortFrom(gb.Address, uint16(pb)).String()} //nolint:gosec // G115: listenPort is validated to 1..65535
 	tb = &networkingv1alpha1.TunnelSpec{ListenPort: pb, RemotePublicKey: ga.PublicKey,
-		RemoteEndpoint: netip.AddrPortFrom(ga.Address, uint16(pa)).String()}
+		RemoteEndpoint: netip.AddrPortFrom(ga.Address, uint16(pa)).String()} //nolint:gosec // G115: listenPort is validated to 1..65535
 	return ta, tb, fmt.Sprintf("tunnel between %s's gateway at %s and %s's at %s", a, tb.RemoteEndpoint, b, ta.RemoteEndpoint)
 }

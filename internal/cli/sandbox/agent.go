@@ -78,7 +78,7 @@ func StartAgent(ctx context.Context, c *localcluster.Cluster, o AgentOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }() // the child has its own descriptor
 	args := append([]string{
 		"--kubeconfig=" + kubeconfig,
 		"--namespace=" + corev1alpha1.AgentNamespace,

@@ -226,7 +226,7 @@ func startProcess(cmd *exec.Cmd, logPath, netnsName, recordPath string) (*Proces
 	if err != nil {
 		return nil, err
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }() // the child has its own descriptor
 	fmt.Fprintf(logf, "--- %s starting %s\n", time.Now().Format(time.RFC3339), strings.Join(cmd.Args, " "))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

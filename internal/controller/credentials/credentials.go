@@ -17,7 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -40,7 +40,7 @@ type Reconciler struct {
 	Secrets  client.Reader
 	Remotes  Remotes
 	Clock    clock.Clock
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	// RenewFraction: renew once this fraction of the token's lifetime has passed.
 	RenewFraction float64
 	// Retry is how soon to try again when the provider cannot be reached.
@@ -65,7 +65,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	kc := secret.Data[corev1alpha1.CredentialsKubeconfigKey]
 	issued, expiry, err := tokenTimes(kc)
 	if err != nil {
-		r.Recorder.Eventf(secret, corev1.EventTypeWarning, "InvalidCredentials", "cannot read the token's lifetime: %v", err)
+		r.Recorder.Eventf(secret, nil, corev1.EventTypeWarning, "InvalidCredentials", "Renew", "cannot read the token's lifetime: %v", err)
 		return ctrl.Result{}, nil
 	}
 	now := r.Clock.Now()
@@ -88,7 +88,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &lifetime}}
 	if err := remote.SubResource("token").Create(ctx, sa, tr); err != nil {
 		if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
-			r.Recorder.Eventf(secret, corev1.EventTypeWarning, "RenewalRejected", "provider %s rejected the token renewal: %v", providerID, err)
+			r.Recorder.Eventf(secret, nil, corev1.EventTypeWarning, "RenewalRejected", "Renew", "provider %s rejected the token renewal: %v", providerID, err)
 		}
 		return ctrl.Result{RequeueAfter: r.Retry}, fmt.Errorf("renew token on %s: %w", providerID, err)
 	}
@@ -103,7 +103,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	log.Info("renewed the token for a provider", "provider", providerID, "expires", tr.Status.ExpirationTimestamp.Time)
-	r.Recorder.Eventf(secret, corev1.EventTypeNormal, "TokenRenewed", "renewed the token for provider %s; it expires at %s", providerID, tr.Status.ExpirationTimestamp.UTC().Format(time.RFC3339))
+	r.Recorder.Eventf(secret, nil, corev1.EventTypeNormal, "TokenRenewed", "Renew", "renewed the token for provider %s; it expires at %s", providerID, tr.Status.ExpirationTimestamp.UTC().Format(time.RFC3339))
 	// The patch triggers the next reconcile, which schedules the next renewal.
 	return ctrl.Result{}, nil
 }

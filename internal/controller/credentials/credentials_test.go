@@ -16,7 +16,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -109,7 +109,7 @@ func TestReconcileTiming(t *testing.T) {
 			}
 			c := b.Build()
 			r := &Reconciler{Client: c, Secrets: c, Remotes: tc.remotes, Clock: clocktesting.NewFakeClock(tc.now),
-				Recorder: record.NewFakeRecorder(10), RenewFraction: 0.5, Retry: 5 * time.Second}
+				Recorder: events.NewFakeRecorder(10), RenewFraction: 0.5, Retry: 5 * time.Second}
 			got, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: secret.Namespace, Name: secret.Name}})
 			if err != nil {
 				t.Fatal(err)

@@ -410,7 +410,7 @@ func (r *Reconciler) write(ctx context.Context, cfg gateway.Config) error {
 		r.written = data
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(r.opts.ConfigPath), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(r.opts.ConfigPath), 0o755); err != nil { //nolint:gosec // G301: the file in it is 0600
 		return err
 	}
 	tmp := r.opts.ConfigPath + ".tmp"
@@ -476,7 +476,7 @@ func (r *Reconciler) report(ctx context.Context, ncs []networkingv1alpha1.Networ
 		r.mu.Lock()
 		countersAt := r.countersAt[nc.Name]
 		r.mu.Unlock()
-		if !needsWrite(nc, cond, tun, now.Time.Sub(countersAt) >= countersRefresh) {
+		if !needsWrite(nc, cond, tun, now.Sub(countersAt) >= countersRefresh) {
 			continue
 		}
 		patch := client.MergeFromWithOptions(nc.DeepCopy(), client.MergeFromWithOptimisticLock{})
