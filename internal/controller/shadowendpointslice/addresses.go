@@ -119,12 +119,13 @@ func NewTenant(consumer string, links []networkingv1alpha1.NetworkConfiguration,
 	}
 	t.Reserved = append(t.Reserved, own...)
 	for i := range nodes {
-		for _, a := range nodes[i].Status.Addresses {
+		node := &nodes[i]
+		for _, a := range node.Status.Addresses {
 			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
 				continue
 			}
 			if addr, err := netip.ParseAddr(a.Address); err == nil && addr.Zone() == "" {
-				t.Reserved = append(t.Reserved, Range{Prefix: netip.PrefixFrom(addr, addr.BitLen()), Name: "an address of node " + nodes[i].Name})
+				t.Reserved = append(t.Reserved, Range{Prefix: netip.PrefixFrom(addr, addr.BitLen()), Name: "an address of node " + node.Name})
 			}
 		}
 	}

@@ -169,7 +169,7 @@ func TestHostileEndpointsIntegration(t *testing.T) {
 	clustertest.Eventually(t, 30*time.Second, "the status counts the refused endpoints", func() error {
 		clustertest.Must(t, c.Get(ctx, client.ObjectKeyFromObject(ses), ses))
 		cond := meta.FindStatusCondition(ses.Status.Conditions, offloadingv1alpha1.ConditionAddressesAllowed)
-		if ses.Status.RefusedEndpoints != int32(len(hostile)) || cond == nil ||
+		if int(ses.Status.RefusedEndpoints) != len(hostile) || cond == nil ||
 			cond.Status != metav1.ConditionFalse || cond.Reason != offloadingv1alpha1.ReasonOutsideConsumerRanges {
 			return fmt.Errorf("refusedEndpoints %d, condition %+v", ses.Status.RefusedEndpoints, cond)
 		}
