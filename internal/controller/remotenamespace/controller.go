@@ -194,7 +194,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 	// recheck is how soon a quota counted in part is looked at again.
 	var recheck time.Duration
-	if tenant.DeletionTimestamp.IsZero() {
+	if tenant.DeletionTimestamp.IsZero() && len(r.opts.TenantObjectQuota) > 0 {
 		q, err := r.ensureQuota(ctx, rn.Namespace, consumer, r.opts.TenantObjectQuota)
 		if err == nil {
 			recheck, err = r.recount(ctx, q)

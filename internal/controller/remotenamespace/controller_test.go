@@ -575,7 +575,8 @@ func TestPolicies(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme(t)).
 		WithStatusSubresource(&offloadingv1alpha1.RemoteNamespace{}).
 		WithObjects(tenant("alpha"), replica("web", "web-alpha")).Build()
-	r := New(c, events.NewFakeRecorder(10), Options{Clock: clocktesting.NewFakePassiveClock(now), MaxNamespacesPerTenant: 7})
+	r := New(c, events.NewFakeRecorder(10), Options{Clock: clocktesting.NewFakePassiveClock(now), MaxNamespacesPerTenant: 7,
+		TenantObjectQuota: corev1.ResourceList{ResourceRemoteNamespaces: resource.MustParse("14"), ResourceResourceSlices: resource.MustParse("20")}})
 	req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: tenantNS, Name: "web"}}
 	reconcileOnce := func() offloadingv1alpha1.RemoteNamespaceStatus {
 		t.Helper()
@@ -640,8 +641,7 @@ func TestPolicies(t *testing.T) {
 		t.Errorf("recreated LimitRange (-want +got):\n%s", diff)
 	}
 
-	// The tenant namespace's quota bounds RemoteNamespaces at twice the
-	// bound of remote namespaces.
+	// The tenant namespace's quota, when the provider asks for one.
 	tenantQuota := &corev1.ResourceQuota{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: tenantNS, Name: QuotaName}, tenantQuota); err != nil {
 		t.Fatalf("tenant namespace's ResourceQuota: %v", err)
@@ -664,13 +664,15 @@ func TestPolicies(t *testing.T) {
 // is not granted access meanwhile.
 func TestRecount(t *testing.T) {
 	ctx := ctrl.LoggerInto(context.Background(), ctrl.Log)
-	partial := wantQuota("web-alpha", Options{})
+	withShadowPods := Options{ObjectQuota: corev1.ResourceList{ResourceShadowPods: resource.MustParse("10000")}}
+	partial := wantQuota("web-alpha", withShadowPods)
 	count(partial)
 	delete(partial.Status.Used, ResourceShadowPods)
 	c := fake.NewClientBuilder().WithScheme(scheme(t)).
 		WithStatusSubresource(&offloadingv1alpha1.RemoteNamespace{}).
 		WithObjects(tenant("alpha"), namespace("web-alpha", oursPSA, fromWeb), partial, replica("web", "web-alpha")).Build()
-	r := New(c, events.NewFakeRecorder(10), Options{Clock: clocktesting.NewFakePassiveClock(now)})
+	withShadowPods.Clock = clocktesting.NewFakePassiveClock(now)
+	r := New(c, events.NewFakeRecorder(10), withShadowPods)
 	req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: tenantNS, Name: "web"}}
 	res, err := r.Reconcile(ctx, req)
 	if err != nil || res.RequeueAfter == 0 {

@@ -59,6 +59,7 @@ func TestIntegration(t *testing.T) {
 		MaxNamespacesPerTenant: 2,
 		LimitRequeue:           time.Second,
 		ObjectQuota:            corev1.ResourceList{ResourceShadowPods: resource.MustParse("1")},
+		TenantObjectQuota:      corev1.ResourceList{ResourceRemoteNamespaces: resource.MustParse("4")},
 	}
 	clustertest.Must(t, New(mgr.GetClient(), mgr.GetEventRecorder("annex-remotenamespace"), opts).SetupWithManager(mgr))
 	mgrCtx, stopMgr := context.WithCancel(ctx)

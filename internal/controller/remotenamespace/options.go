@@ -69,18 +69,21 @@ var quotaKeys = map[string]struct {
 }
 
 // DefaultObjectQuota is the hard limit of the ResourceQuota QuotaName in every
-// remote namespace. A bench burst puts 5000 pods in one namespace: pods and
-// ShadowPods leave room for twice that (a rollout of such a Deployment keeps
-// old and new pods for a while); one ShadowEndpointSlice mirrors one
-// EndpointSlice of at most 100 endpoints, so 1000 of them hold 100000
-// endpoints; Services, ConfigMaps and Secrets are what a namespace of a few
-// hundred workloads uses. NodePort and LoadBalancer Services are never
+// remote namespace. A bench burst puts 5000 pods in one namespace: pods leave
+// room for twice that (a rollout of such a Deployment keeps old and new pods
+// for a while); Services, ConfigMaps and Secrets are what a namespace of a
+// few hundred workloads uses. NodePort and LoadBalancer Services are never
 // allowed on a provider (0).
+//
+// Only built-in kinds are counted by default: the cluster counts a custom
+// resource (count/shadowpods..., count/remotenamespaces...) only once its
+// quota controller has discovered the CRD, and until then the API server
+// refuses every object of the kind in a namespace whose quota names it, so
+// the first offloading after an install waited minutes (e2e). Operators who
+// want them bounded name them in --tenant-object-quota (docs/security.md).
 func DefaultObjectQuota() corev1.ResourceList {
 	return corev1.ResourceList{
 		corev1.ResourcePods:                  resource.MustParse("10000"),
-		ResourceShadowPods:                   resource.MustParse("10000"),
-		ResourceShadowEndpointSlices:         resource.MustParse("1000"),
 		corev1.ResourceServices:              resource.MustParse("200"),
 		corev1.ResourceServicesNodePorts:     resource.MustParse("0"),
 		corev1.ResourceServicesLoadBalancers: resource.MustParse("0"),
@@ -90,17 +93,13 @@ func DefaultObjectQuota() corev1.ResourceList {
 }
 
 // DefaultTenantObjectQuota is the hard limit of the ResourceQuota QuotaName in
-// a tenant namespace annex-tenant-<C>, for a bound of maxNamespaces remote
-// namespaces per consumer. That namespace holds the consumer's requests and,
-// when this cluster is also a consumer of C, this cluster's own requests to
-// C: RemoteNamespaces are bounded at twice the bound (C's requests, refused
-// ones included, and as many of ours), ResourceSlices at 20 (a peering
-// needs one).
-func DefaultTenantObjectQuota(maxNamespaces int) corev1.ResourceList {
-	return corev1.ResourceList{
-		ResourceRemoteNamespaces: *resource.NewQuantity(int64(2*maxNamespaces), resource.DecimalSI),
-		ResourceResourceSlices:   resource.MustParse("20"),
-	}
+// a tenant namespace annex-tenant-<C>: none by default, as that namespace
+// holds only custom resources (see DefaultObjectQuota); the agent bounds a
+// consumer's remote namespaces itself (--max-remote-namespaces-per-tenant).
+// With entries (--tenant-object-quota remotenamespaces=N,resourceslices=M)
+// the quota is kept there too.
+func DefaultTenantObjectQuota(int) corev1.ResourceList {
+	return corev1.ResourceList{}
 }
 
 // DefaultRequests are the default container requests of the LimitRange
