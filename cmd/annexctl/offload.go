@@ -39,7 +39,7 @@ providers; the kube-scheduler then places them. Existing pods are not moved.`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "the consumer's kubeconfig (default: $KUBECONFIG or ~/.kube/config)")
 	f.StringVar(&o.ClusterSelector, "cluster-selector", "", "label selector over virtual node labels choosing the providers (default: all)")
 	f.StringVar(&o.PodStrategy, "pod-strategy", o.PodStrategy, "where pods may run: Local, Remote or LocalAndRemote")
-	f.StringVar(&o.Mapping, "mapping", o.Mapping, "remote namespace name: DefaultName (<namespace>-<cluster ID>) or EnforceSameName")
+	f.StringVar(&o.Mapping, "mapping", o.Mapping, "remote namespace name: DefaultName (<namespace>-<cluster ID>) or EnforceSameName (<namespace>; a provider refuses it unless its agent runs with --allow-same-name-namespaces)")
 	f.BoolVar(&o.Wait, "wait", o.Wait, "wait until every selected provider answered")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up waiting after this long")
 	cmd := &cobra.Command{Use: "offload", Short: "Offload a namespace to providers"}
