@@ -48,6 +48,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -353,6 +354,10 @@ func (r *Reconciler) create(ctx context.Context, sp *offloadingv1alpha1.ShadowPo
 			return ctrl.Result{}, fmt.Errorf("pod exists but is not in the cache: %w", err)
 		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
 			return ctrl.Result{}, r.refuse(ctx, sp, offloadingv1alpha1.ReasonCreationFailed, "cannot create the pod: "+err.Error())
+		case refusedByPodSecurity(err):
+			// The namespace's Pod Security level refuses this spec: it
+			// will not change by retrying.
+			return ctrl.Result{}, r.refuse(ctx, sp, offloadingv1alpha1.ReasonForbidden, "cannot create the pod: "+err.Error())
 		default:
 			// Possibly transient (a ServiceAccount not created yet, an
 			// unavailable webhook, a provider ResourceQuota): say why and retry.
@@ -773,4 +778,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&offloadingv1alpha1.ShadowPod{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Pod{}, byKey, builder.WithPredicates(hasLabel))
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).Complete(r)
+}
+
+// refusedByPodSecurity reports whether err is Pod Security Admission
+// refusing a pod (HTTP 403, "violates PodSecurity"): final, unlike other
+// 403s at creation (a ResourceQuota exceeded for now, a RuntimeClass not
+// created yet).
+func refusedByPodSecurity(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "violates PodSecurity")
 }

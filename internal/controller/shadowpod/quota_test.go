@@ -1,6 +1,7 @@
 package shadowpod
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -8,7 +9,9 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 )
 
@@ -249,6 +252,27 @@ func TestOptions(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantUnmetered, o.UnmeteredResources, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("UnmeteredResources (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRefusedByPodSecurity(t *testing.T) {
+	gr := schema.GroupResource{Resource: "pods"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"Pod Security", apierrors.NewForbidden(gr, "p", errors.New(`violates PodSecurity "baseline:latest": probe or lifecycle host (container "c" uses probe or lifecycle host)`)), true},
+		{"quota", apierrors.NewForbidden(gr, "p", errors.New("exceeded quota: annex-tenant-quota, requested: pods=1")), false},
+		{"RuntimeClass not found", apierrors.NewForbidden(gr, "p", errors.New(`pod rejected: RuntimeClass "kata" not found`)), false},
+		{"invalid", apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "p", nil), false},
+		{"nil", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := refusedByPodSecurity(tc.err); got != tc.want {
+				t.Errorf("refusedByPodSecurity(%v) = %v, want %v", tc.err, got, tc.want)
 			}
 		})
 	}
