@@ -21,7 +21,6 @@ import (
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
-	"github.com/annexhq/annex/internal/agent"
 	"github.com/annexhq/annex/internal/localcluster"
 )
 
@@ -47,16 +46,7 @@ func tenantClient(t *testing.T, consumer client.Client, providerID string) clien
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Timeout = 10 * time.Second
-	scheme, err := agent.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return clientFor(t, cfg)
 }
 
 // refused reports nil when err is the API server refusing a request

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -35,6 +36,13 @@ func crClient(t *testing.T, c *localcluster.Cluster) client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return clientFor(t, cfg)
+}
+
+// clientFor is a controller-runtime client for cfg that knows Annex's types,
+// its requests bounded to 10 s.
+func clientFor(t *testing.T, cfg *rest.Config) client.Client {
+	t.Helper()
 	cfg.Timeout = 10 * time.Second
 	scheme, err := agent.Scheme()
 	if err != nil {
