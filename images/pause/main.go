@@ -18,6 +18,7 @@ func main() {
 	}
 	signals := make(chan os.Signal, 8)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
+	fmt.Fprintln(os.Stderr, "pause: waiting for SIGTERM or SIGINT")
 	for sig := range signals {
 		if sig != syscall.SIGCHLD {
 			os.Exit(0)
