@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -30,15 +31,25 @@ type Image struct {
 	Written bool
 }
 
-// Build compiles spec's binaries and writes the image tarball to outPath
-// (its directory is created). When outPath already holds the same image
-// (same name and image ID) it is left alone, so repeated builds of unchanged
-// sources cost the `go build` only (which go's build cache makes quick).
+// Build writes spec's image tarball to outPath (its directory is created).
+// When outPath already holds the image built from the same sources (see
+// sourceKey) it is left alone without compiling anything; otherwise the
+// binaries are compiled (go's build cache keeps that quick when only some
+// changed) and the tarball is written anew.
 func (b *Builder) Build(ctx context.Context, spec Spec, outPath string) (Image, error) {
 	if err := spec.validate(); err != nil {
 		return Image{}, err
 	}
 	start := time.Now()
+	key, err := b.sourceKey(ctx, spec)
+	if err != nil {
+		return Image{}, fmt.Errorf("image %s: listing its sources: %w", spec.Ref(), err)
+	}
+	if have, err := readArchive(outPath); err == nil && have.Ref == spec.Ref() && have.SourceKey == key {
+		b.log.Info("image up to date", "image", have.Ref, "digest", have.Digest, "path", outPath, "took", time.Since(start).Round(time.Millisecond))
+		return Image{Ref: have.Ref, Path: outPath, Digest: have.Digest, ID: have.ID}, nil
+	}
+
 	tmp, err := os.MkdirTemp("", "ociimage-")
 	if err != nil {
 		return Image{}, err
@@ -60,17 +71,11 @@ func (b *Builder) Build(ctx context.Context, spec Spec, outPath string) (Image, 
 	if err != nil {
 		return Image{}, fmt.Errorf("image %s: %w", spec.Ref(), err)
 	}
-	res := Image{Ref: spec.Ref(), Path: outPath, Digest: digest.String(), ID: id.String()}
-	if have, err := archiveIndex(outPath, spec.Ref()); err == nil && have == res.Digest {
-		b.log.Info("image up to date", "image", res.Ref, "digest", res.Digest, "path", outPath, "took", time.Since(start).Round(time.Millisecond))
-		return res, nil
-	}
-	if err := writeTarball(outPath, spec.Ref(), img); err != nil {
+	if err := writeTarball(outPath, spec.Ref(), key, img); err != nil {
 		return Image{}, fmt.Errorf("image %s: writing %s: %w", spec.Ref(), outPath, err)
 	}
-	res.Written = true
-	b.log.Info("wrote image", "image", res.Ref, "digest", res.Digest, "path", outPath, "took", time.Since(start).Round(time.Millisecond))
-	return res, nil
+	b.log.Info("wrote image", "image", spec.Ref(), "digest", digest.String(), "path", outPath, "took", time.Since(start).Round(time.Millisecond))
+	return Image{Ref: spec.Ref(), Path: outPath, Digest: digest.String(), ID: id.String(), Written: true}, nil
 }
 
 // image assembles spec's image from built binaries (name → path).
@@ -88,14 +93,16 @@ func (b *Builder) image(spec Spec, bins map[string]string) (v1.Image, error) {
 
 // Annotations of the image in the archive's index.json: containerd names the
 // imported image after the first, the OCI image-layout spec after the second.
+// The third records the source key the image was built from.
 const (
 	annotationContainerdName = "io.containerd.image.name"
 	annotationRefName        = "org.opencontainers.image.ref.name"
+	annotationSourceKey      = "dev.annex.ociimage.source-key"
 )
 
 // writeTarball writes img named ref as an OCI image-layout archive at p,
 // through a temporary file renamed into place.
-func writeTarball(p, ref string, img v1.Image) error {
+func writeTarball(p, ref, sourceKey string, img v1.Image) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil { //nolint:gosec // an output directory like bin/images
 		return err
 	}
@@ -104,7 +111,7 @@ func writeTarball(p, ref string, img v1.Image) error {
 		return err
 	}
 	defer os.Remove(f.Name()) //nolint:errcheck // gone after the rename
-	if err := writeArchive(f, ref, img); err != nil {
+	if err := writeArchive(f, ref, sourceKey, img); err != nil {
 		_ = f.Close()
 		return err
 	}
@@ -122,7 +129,7 @@ func writeTarball(p, ref string, img v1.Image) error {
 // archive, in a fixed order (oci-layout, index.json, then the manifest, config
 // and layer blobs) with fixed headers, so equal images give equal bytes and
 // index.json is found without reading the layers.
-func writeArchive(w io.Writer, ref string, img v1.Image) error {
+func writeArchive(w io.Writer, ref, sourceKey string, img v1.Image) error {
 	tag, err := name.NewTag(ref, name.StrictValidation)
 	if err != nil {
 		return err
@@ -155,11 +162,15 @@ func writeArchive(w io.Writer, ref string, img v1.Image) error {
 		SchemaVersion: 2,
 		MediaType:     types.OCIImageIndex,
 		Manifests: []v1.Descriptor{{
-			MediaType:   mediaType,
-			Size:        int64(len(manifest)),
-			Digest:      digest,
-			Platform:    &v1.Platform{OS: cf.OS, Architecture: cf.Architecture},
-			Annotations: map[string]string{annotationContainerdName: tag.Name(), annotationRefName: tag.TagStr()},
+			MediaType: mediaType,
+			Size:      int64(len(manifest)),
+			Digest:    digest,
+			Platform:  &v1.Platform{OS: cf.OS, Architecture: cf.Architecture},
+			Annotations: map[string]string{
+				annotationContainerdName: tag.Name(),
+				annotationRefName:        tag.TagStr(),
+				annotationSourceKey:      sourceKey,
+			},
 		}},
 	})
 	if err != nil {
@@ -226,33 +237,50 @@ func writeArchive(w io.Writer, ref string, img v1.Image) error {
 	return tw.Close()
 }
 
-// archiveIndex reads index.json of the OCI archive at p and returns the
-// manifest digest of ref in it, without reading the blobs.
-func archiveIndex(p, ref string) (string, error) {
+// archive is what readArchive learns of an image tarball.
+type archive struct {
+	Ref       string // from io.containerd.image.name
+	Digest    string // of the manifest
+	ID        string // digest of the config
+	SourceKey string
+}
+
+// readArchive reads index.json and the manifest of the one image in the OCI
+// archive at p, without reading the layers (writeArchive puts them last).
+func readArchive(p string) (archive, error) {
 	f, err := os.Open(p) //nolint:gosec // a tarball this package wrote
 	if err != nil {
-		return "", err
+		return archive{}, err
 	}
 	defer f.Close() //nolint:errcheck // read-only
+	var a archive
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return "", fmt.Errorf("%s has no index.json", p)
+			return archive{}, fmt.Errorf("%s: no index.json or no manifest of its image", p)
 		}
 		if err != nil {
-			return "", err
+			return archive{}, err
 		}
-		if h.Name != "index.json" {
-			continue
+		switch {
+		case h.Name == "index.json":
+			var idx v1.IndexManifest
+			if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&idx); err != nil {
+				return archive{}, fmt.Errorf("%s: index.json: %w", p, err)
+			}
+			if len(idx.Manifests) != 1 {
+				return archive{}, fmt.Errorf("%s holds %d images, not one", p, len(idx.Manifests))
+			}
+			d := idx.Manifests[0]
+			a.Ref, a.Digest, a.SourceKey = d.Annotations[annotationContainerdName], d.Digest.String(), d.Annotations[annotationSourceKey]
+		case a.Digest != "" && h.Name == "blobs/"+strings.Replace(a.Digest, ":", "/", 1):
+			var m v1.Manifest
+			if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&m); err != nil {
+				return archive{}, fmt.Errorf("%s: manifest: %w", p, err)
+			}
+			a.ID = m.Config.Digest.String()
+			return a, nil
 		}
-		var idx v1.IndexManifest
-		if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&idx); err != nil {
-			return "", fmt.Errorf("%s: index.json: %w", p, err)
-		}
-		if len(idx.Manifests) != 1 || idx.Manifests[0].Annotations[annotationContainerdName] != ref {
-			return "", fmt.Errorf("%s does not hold exactly %s", p, ref)
-		}
-		return idx.Manifests[0].Digest.String(), nil
 	}
 }
