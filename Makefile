@@ -22,6 +22,10 @@ help: ## List the targets.
 build: ## Build bin/annexctl, bin/annex-agent and bin/annex-gateway.
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/annexctl ./cmd/annex-agent ./cmd/annex-gateway
 
+.PHONY: image
+image: ## Build the annex-agent, pause and echo images without Docker into bin/images/<name>.tar (OCI archives for `ctr -n k8s.io images import`).
+	$(GO) run ./hack/image -out bin/images $(if $(VERSION),-version $(VERSION))
+
 .PHONY: generate
 generate: ## Regenerate deepcopy code, CRDs (config/crd) and agent RBAC (config/rbac/role.yaml).
 	$(CONTROLLER_GEN) object paths=./apis/...

@@ -86,10 +86,13 @@ func probe(failed *atomic.Bool) http.HandlerFunc {
 // toggle sets failed from ?state=fail or ?state=ok.
 func toggle(failed *atomic.Bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		switch state := r.URL.Query().Get("state"); state {
-		case "fail", "ok":
-			failed.Store(state == "fail")
-			fmt.Fprintf(w, "state %s\n", state)
+		switch r.URL.Query().Get("state") {
+		case "fail":
+			failed.Store(true)
+			fmt.Fprintln(w, "state fail")
+		case "ok":
+			failed.Store(false)
+			fmt.Fprintln(w, "state ok")
 		default:
 			http.Error(w, "want ?state=fail or ?state=ok", http.StatusBadRequest)
 		}
