@@ -44,7 +44,8 @@ func (l layout) kwokConfig() string { return filepath.Join(l.kwokDir(), "debuggi
 
 // writeKwokDebugging writes the log every kwok container serves (in the
 // CRI log format kwok reads) and kwok's configuration serving it
-// (ClusterLogs) and running exec'ed commands (ClusterExec). kwok runs them
+// (ClusterLogs), running exec'ed commands (ClusterExec) and echoing what
+// is sent to a forwarded port (ClusterPortForward). kwok runs them
 // on this host, as the user running the cluster, in the kwok directory:
 // these clusters are throw-away test clusters on loopback.
 func writeKwokDebugging(l layout, cluster string, now time.Time) error {
@@ -71,6 +72,11 @@ func writeKwokDebugging(l layout, cluster string, now time.Time) error {
 					"envs":    []any{map[string]any{"name": KwokExecEnv, "value": cluster}},
 				},
 			}}},
+		},
+		{
+			// Every port of every kwok pod echoes what it gets (`cat`).
+			"apiVersion": kwokAPIVersion, "kind": "ClusterPortForward", "metadata": meta,
+			"spec": map[string]any{"forwards": []any{map[string]any{"command": []any{"cat"}}}},
 		},
 	}
 	var out []byte

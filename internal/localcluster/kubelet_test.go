@@ -47,7 +47,7 @@ func TestWriteKwokDebugging(t *testing.T) {
 		}
 		kinds = append(kinds, m.Kind)
 	}
-	if strings.Join(kinds, ",") != "ClusterLogs,ClusterExec" {
+	if strings.Join(kinds, ",") != "ClusterLogs,ClusterExec,ClusterPortForward" {
 		t.Errorf("kinds %v", kinds)
 	}
 	for _, want := range []string{l.kwokLog(), l.kwokDir(), KwokExecEnv} {

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,7 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,9 +29,10 @@ import (
 	"github.com/annexhq/annex/internal/localcluster"
 )
 
-// TestLogs: alpha offloads a namespace to beta; kubectl logs and exec of a
-// pod on the virtual node go through the agent's kubelet endpoint to the
-// pod on beta (kwok serves its log line and runs the command); the endpoint
+// TestLogs: alpha offloads a namespace to beta; kubectl logs, exec and
+// port-forward of a pod on the virtual node go through the agent's kubelet
+// endpoint to the pod on beta (kwok serves its log line, runs the command
+// and echoes what reaches a forwarded port); the endpoint
 // presents a certificate of alpha's CA and lets only the API server in.
 func TestLogs(t *testing.T) {
 	alpha, beta := env.clusters[0], env.clusters[1]
@@ -132,6 +136,59 @@ func TestLogs(t *testing.T) {
 		}
 		if got := strings.TrimSpace(stdout.String()); got != "beta" {
 			t.Errorf("exec printenv %s = %q, want beta (the command runs on beta)", localcluster.KwokExecEnv, got)
+		}
+	})
+	t.Run("kubectl port-forward", func(t *testing.T) {
+		cfg, err := alpha.RESTConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// As kubectl: SPDY tunnelled over WebSocket, plain SPDY if the
+		// server cannot upgrade.
+		u := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name("talker").SubResource("portforward").URL()
+		rt, upgrader, err := spdy.RoundTripperFor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
+		if tunnel, err := portforward.NewSPDYOverWebsocketDialer(u, cfg); err == nil {
+			dialer = portforward.NewFallbackDialer(tunnel, dialer, func(err error) bool {
+				return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+			})
+		}
+		stop, ready := make(chan struct{}), make(chan struct{})
+		pf, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:8080"}, stop, ready, io.Discard, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		var fwdErr error
+		go func() { fwdErr = pf.ForwardPorts(); close(done) }()
+		defer func() { close(stop); <-done }()
+		select {
+		case <-ready:
+		case <-done:
+			t.Fatalf("port-forward: %v", fwdErr)
+		case <-time.After(30 * time.Second):
+			t.Fatal("port-forward not ready within 30s")
+		}
+		ports, err := pf.GetPorts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(ports[0].Local))), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = conn.Close() }()
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+		// kwok on beta connects every forwarded port to `cat`.
+		if _, err := fmt.Fprintln(conn, "ping through annex-beta"); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		if err != nil || line != "ping through annex-beta\n" {
+			t.Errorf("port-forward echo = %q, %v; want the line back from beta", line, err)
 		}
 	})
 	t.Run("only the API server may call the endpoint", func(t *testing.T) {
