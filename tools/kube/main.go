@@ -98,10 +98,12 @@ func run(dir string) error {
 	return copyStages(filepath.Join(dir, "kwok-stages"))
 }
 
-// ensureKwok installs kwok into bin unless it is there.
+// ensureKwok installs kwok into bin unless it is there: a regular file (a
+// symlink is another build's link into a multi-call binary that this one
+// does not hold; it is replaced).
 func ensureKwok(bin string) error {
 	dst := filepath.Join(bin, "kwok")
-	if _, err := os.Stat(dst); err == nil {
+	if fi, err := os.Lstat(dst); err == nil && fi.Mode().IsRegular() {
 		return nil
 	}
 	start := time.Now()
