@@ -46,8 +46,12 @@ lint: ## Run golangci-lint (errcheck, gosec, govet, ineffassign, staticcheck, un
 tools: ## Build the Kubernetes binaries (only those missing) and print their cache directory.
 	@cd tools/kube && $(GO) run .
 
+.PHONY: node-deps
+node-deps: ## As root, install what real nodes need (containerd, runc, CNI plugins) with apt-get when missing.
+	@hack/node-deps.sh
+
 .PHONY: test
-test: tools ## Unit tests, a short fuzz run, then e2e tests on real local clusters (builds the binaries on first use).
+test: tools node-deps ## Unit tests, a short fuzz run, then e2e tests on real local clusters (builds the binaries on first use).
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/e2e)
 	$(MAKE) --no-print-directory fuzz
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
@@ -62,7 +66,7 @@ fuzz: ## Run every fuzz target (func Fuzz* under internal/) for FUZZTIME each (d
 	done
 
 .PHONY: demo
-demo: build tools ## Start the sandbox, peer alpha with beta and gamma, offload a namespace and run a Deployment there.
+demo: build tools node-deps ## Start the sandbox, peer alpha with beta and gamma, offload a namespace and run a Deployment there.
 	hack/demo.sh
 
 .PHONY: bench

@@ -32,15 +32,16 @@
 //
 // # Serving a request
 //
-// Routes are virtual-kubelet's (node/api): /containerLogs and /exec are
-// served, /attach and /portForward answer 501. The local pod
-// <namespace>/<name> is mapped to its Node, which must be a virtual node
+// Routes are virtual-kubelet's (node/api): /containerLogs, /exec, /attach
+// and /portForward. The local pod <namespace>/<name> is mapped to its
+// Node, which must be a virtual node
 // (its label annex.dev/remote-cluster-id names the provider; any other pod
 // gets 404), then to its remote namespace on that provider (the
 // NamespaceOffloading's status) and the remote pod of the same name. The
-// request is forwarded to the provider's pods/log or pods/exec through the
-// peer's credentials from internal/remote: a provider that is unreachable
-// gets a 502 at once, one that does not answer within the connect timeout
-// an error; a stream (follow, exec) then lasts until it ends or the client
-// goes away.
+// request is forwarded to the provider's pods/log, pods/exec, pods/attach
+// or pods/portforward (one connection to the provider for each connection
+// forwarded) through the peer's credentials from internal/remote: a
+// provider that is unreachable gets a 502 at once, one that does not answer
+// within the connect timeout an error; a stream (follow, exec, attach, a
+// forwarded connection) then lasts until it ends or the client goes away.
 package kubeletserver

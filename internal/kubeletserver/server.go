@@ -196,12 +196,14 @@ func (s *Server) Start(ctx context.Context) error {
 }
 
 // Handler is the endpoint's HTTP handler: authentication, authorization,
-// then virtual-kubelet's kubelet API routes (containerLogs, exec; attach
-// and port-forward answer 501).
+// then virtual-kubelet's kubelet API routes (containerLogs, exec, attach,
+// portForward).
 func (s *Server) Handler() http.Handler {
 	routes := vkapi.PodHandler(vkapi.PodHandlerConfig{
 		GetContainerLogs:      s.containerLogs,
 		RunInContainer:        s.runInContainer,
+		AttachToContainer:     s.attachToContainer,
+		PortForward:           s.forwardPort,
 		StreamIdleTimeout:     streamIdleTimeout,
 		StreamCreationTimeout: streamCreationTimeout,
 	}, false)

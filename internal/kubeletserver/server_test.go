@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -26,7 +28,9 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
 	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -146,7 +150,7 @@ type fakeProvider struct {
 
 func newFakeProvider(t *testing.T) *fakeProvider {
 	p := &fakeProvider{followEnded: make(chan struct{}, 1)}
-	execRoutes := vkapi.PodHandler(vkapi.PodHandlerConfig{RunInContainer: fakeExec}, false)
+	execRoutes := vkapi.PodHandler(vkapi.PodHandlerConfig{RunInContainer: fakeExec, AttachToContainer: fakeAttach, PortForward: fakePortForward}, false)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/namespaces/shop-alpha/pods/web/log", func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
@@ -180,6 +184,28 @@ func newFakeProvider(t *testing.T) *fakeProvider {
 		r.RequestURI = r.URL.RequestURI()
 		execRoutes.ServeHTTP(w, r)
 	})
+	// pods/attach and pods/portforward, translated the same way.
+	mux.HandleFunc("/api/v1/namespaces/shop-alpha/pods/web/attach", func(w http.ResponseWriter, r *http.Request) {
+		in := r.URL.Query()
+		out := url.Values{}
+		for api, kubelet := range map[string]string{"stdin": "input", "stdout": "output", "stderr": "error", "tty": "tty"} {
+			if in.Get(api) == "true" {
+				out.Set(kubelet, "1")
+			}
+		}
+		r = r.Clone(r.Context())
+		r.URL.Path = "/attach/shop-alpha/web/" + in.Get("container")
+		r.URL.RawQuery = out.Encode()
+		r.RequestURI = r.URL.RequestURI()
+		execRoutes.ServeHTTP(w, r)
+	})
+	mux.HandleFunc("/api/v1/namespaces/shop-alpha/pods/web/portforward", func(w http.ResponseWriter, r *http.Request) {
+		r = r.Clone(r.Context())
+		r.URL.Path = "/portForward/shop-alpha/web"
+		r.URL.RawQuery = ""
+		r.RequestURI = r.URL.RequestURI()
+		execRoutes.ServeHTTP(w, r)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, &apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "x").ErrStatus)
 	})
@@ -208,6 +234,34 @@ func fakeExec(_ context.Context, namespace, pod, container string, cmd []string,
 		return utilexec.CodeExitError{Err: fmt.Errorf("command failed"), Code: 3}
 	}
 	return fmt.Errorf("unknown command %q", cmd[0])
+}
+
+// fakeAttach is the provider's running container: it greets, then echoes
+// stdin back in upper case until stdin ends.
+func fakeAttach(_ context.Context, namespace, pod, container string, attach vkapi.AttachIO) error {
+	fmt.Fprintf(attach.Stdout(), "attached to %s/%s[%s]\n", namespace, pod, container)
+	if attach.Stdin() == nil {
+		return nil
+	}
+	sc := bufio.NewScanner(attach.Stdin())
+	for sc.Scan() {
+		fmt.Fprintln(attach.Stdout(), strings.ToUpper(sc.Text()))
+	}
+	return nil
+}
+
+// fakePortForward is the provider's pod: port 8080 answers each line with
+// "8080 says <line>"; nothing listens on any other port.
+func fakePortForward(_ context.Context, _, _ string, port int32, stream io.ReadWriteCloser) error {
+	defer stream.Close()
+	if port != 8080 {
+		return fmt.Errorf("nothing listens on port %d", port)
+	}
+	sc := bufio.NewScanner(stream)
+	for sc.Scan() {
+		fmt.Fprintf(stream, "%d says %s\n", port, sc.Text())
+	}
+	return nil
 }
 
 // get sends a GET to the server as user and returns the status and body.
@@ -364,8 +418,151 @@ func TestExec(t *testing.T) {
 	if _, err := exec(apiserverUser, "/exec/shop/local/c1", "echo"); err == nil || !strings.Contains(err.Error(), "not an Annex virtual node") {
 		t.Errorf("exec in a pod on a regular node = %v, want a clear refusal", err)
 	}
-	if code, body := get(t, s.Handler(), apiserverUser, "/attach/shop/web/c1"); code != http.StatusNotImplemented {
-		t.Errorf("attach = %d %q, want 501", code, body)
+}
+
+// asUser is a rest.Config for the test server whose requests carry user.
+func asUser(host, userName string) *rest.Config {
+	return &rest.Config{Host: host, WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			r.Header.Set(userHeader, userName)
+			return rt.RoundTrip(r)
+		})
+	}}
+}
+
+func TestAttach(t *testing.T) {
+	provider := newFakeProvider(t)
+	s, seen := newTestServer(t, fakeRemotes{"beta": provider.config()})
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	attach := func(userName, path, stdin string) (string, error) {
+		q := url.Values{"output": {"1"}, "error": {"1"}, "input": {"1"}}
+		u, _ := url.Parse(srv.URL + path + "?" + q.Encode())
+		e, err := remotecommand.NewSPDYExecutor(asUser(srv.URL, userName), http.MethodPost, u)
+		if err != nil {
+			return "", err
+		}
+		var stdout bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err = e.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader(stdin), Stdout: &stdout, Stderr: io.Discard})
+		return stdout.String(), err
+	}
+	out, err := attach(apiserverUser, "/attach/shop/web/c1", "hello\nworld\n")
+	if want := "attached to shop-alpha/web[c1]\nHELLO\nWORLD\n"; err != nil || out != want {
+		t.Errorf("attach = %q, %v; want %q", out, err, want)
+	}
+	a := (*seen)[len(*seen)-1]
+	if a.GetVerb() != "create" || a.GetName() != "annex-beta" {
+		t.Errorf("attach authorized as %s on %s, want create on annex-beta", a.GetVerb(), a.GetName())
+	}
+	if _, err := attach("jane", "/attach/shop/web/c1", ""); err == nil || !strings.Contains(err.Error(), "Forbidden") {
+		t.Errorf("attach as jane = %v, want Forbidden", err)
+	}
+}
+
+func TestPortForward(t *testing.T) {
+	provider := newFakeProvider(t)
+	s, _ := newTestServer(t, fakeRemotes{"beta": provider.config()})
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	// forward listens on a local port forwarded, as the API server asks
+	// the kubelet, to remotePort of pod shop/web.
+	forward := func(t *testing.T, userName string, remotePort int) int {
+		t.Helper()
+		u, _ := url.Parse(srv.URL + "/portForward/shop/web")
+		rt, upgrader, err := spdy.RoundTripperFor(asUser(srv.URL, userName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
+		stop, ready := make(chan struct{}), make(chan struct{})
+		pf, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", remotePort)}, stop, ready, io.Discard, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		var err2 error
+		go func() { err2 = pf.ForwardPorts(); close(done) }()
+		t.Cleanup(func() { close(stop); <-done })
+		select {
+		case <-ready:
+		case <-done:
+			t.Fatalf("port-forward as %s: %v", userName, err2)
+		case <-time.After(30 * time.Second):
+			t.Fatal("port-forward not ready after 30s")
+		}
+		ports, err := pf.GetPorts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(ports[0].Local)
+	}
+	talk := func(local int, lines ...string) (string, error) {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", local), 5*time.Second)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		var got strings.Builder
+		r := bufio.NewReader(c)
+		for _, l := range lines {
+			if _, err := fmt.Fprintln(c, l); err != nil {
+				return got.String(), err
+			}
+			answer, err := r.ReadString('\n')
+			got.WriteString(answer)
+			if err != nil {
+				return got.String(), err
+			}
+		}
+		return got.String(), nil
+	}
+
+	local := forward(t, apiserverUser, 8080)
+	// Two connections, each its own connection to the provider.
+	for i := range 2 {
+		got, err := talk(local, "hi", fmt.Sprint("again ", i))
+		if want := fmt.Sprintf("8080 says hi\n8080 says again %d\n", i); err != nil || got != want {
+			t.Errorf("connection %d: got %q, %v; want %q", i, got, err, want)
+		}
+	}
+
+	// What the provider says of a port nothing listens on reaches the
+	// caller on the error stream, as a kubelet's answer would.
+	u, _ := url.Parse(srv.URL + "/portForward/shop/web")
+	rt, upgrader, err := spdy.RoundTripperFor(asUser(srv.URL, apiserverUser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, _, err := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u).Dial(portforward.PortForwardProtocolV1Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	h := http.Header{}
+	h.Set(corev1.StreamType, corev1.StreamTypeError)
+	h.Set(corev1.PortHeader, "9")
+	h.Set(corev1.PortForwardRequestIDHeader, "1")
+	errStream, err := conn.CreateStream(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Set(corev1.StreamType, corev1.StreamTypeData)
+	data, err := conn.CreateStream(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = data.Close()
+	msg, err := io.ReadAll(errStream)
+	if err != nil || !strings.Contains(string(msg), "nothing listens on port 9") {
+		t.Errorf("port 9: error stream %q, %v; want the provider's error", msg, err)
+	}
+
+	rt, upgrader, _ = spdy.RoundTripperFor(asUser(srv.URL, "jane"))
+	if _, _, err := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u).Dial(portforward.PortForwardProtocolV1Name); err == nil || !strings.Contains(err.Error(), "Forbidden") {
+		t.Errorf("port-forward as jane = %v, want Forbidden", err)
 	}
 }
 

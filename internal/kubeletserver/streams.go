@@ -5,15 +5,20 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	vkapi "github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
 	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/utils/ptr"
@@ -85,35 +90,47 @@ func (c *cancelOnClose) Close() error {
 }
 
 // runInContainer runs a command in the remote pod's container through the
-// provider's pods/exec (virtual-kubelet's ContainerExecHandlerFunc), over
-// WebSocket or, with older API servers, SPDY, as kubectl does. The provider
-// must first answer a read of the pod within the connect timeout; the
-// session then lasts until the command ends or ctx (the client's request)
-// does. The command's exit code is passed on.
+// provider's pods/exec (virtual-kubelet's ContainerExecHandlerFunc). The
+// command's exit code is passed on.
 func (s *Server) runInContainer(ctx context.Context, _, _, container string, cmd []string, attach vkapi.AttachIO) error {
+	return s.stream(ctx, "exec", &corev1.PodExecOptions{
+		Container: container,
+		Command:   cmd,
+		Stdin:     attach.Stdin() != nil,
+		Stdout:    attach.Stdout() != nil,
+		Stderr:    attach.Stderr() != nil,
+		TTY:       attach.TTY(),
+	}, attach)
+}
+
+// attachToContainer attaches to the remote pod's running container through
+// the provider's pods/attach (virtual-kubelet's ContainerAttachHandlerFunc).
+func (s *Server) attachToContainer(ctx context.Context, _, _, container string, attach vkapi.AttachIO) error {
+	return s.stream(ctx, "attach", &corev1.PodAttachOptions{
+		Container: container,
+		Stdin:     attach.Stdin() != nil,
+		Stdout:    attach.Stdout() != nil,
+		Stderr:    attach.Stderr() != nil,
+		TTY:       attach.TTY(),
+	}, attach)
+}
+
+// stream runs a remote command session (subresource exec or attach of the
+// remote pod, with opts) over WebSocket or, with older API servers, SPDY,
+// as kubectl does. The provider must first answer a read of the pod within
+// the connect timeout; the session then lasts until it ends or ctx (the
+// client's request) does.
+func (s *Server) stream(ctx context.Context, subresource string, opts runtime.Object, attach vkapi.AttachIO) error {
 	t, err := targetFrom(ctx)
 	if err != nil {
 		return err
 	}
-	cs, err := kubernetes.NewForConfig(t.Config)
+	cs, err := s.reachPod(ctx, t, subresource)
 	if err != nil {
 		return err
 	}
-	getCtx, cancel := context.WithTimeout(ctx, s.connectTimeout)
-	_, err = cs.CoreV1().Pods(t.RemoteNamespace).Get(getCtx, t.Pod, metav1.GetOptions{})
-	cancel()
-	if err != nil {
-		return s.failed(t, "exec", remoteError(t, err))
-	}
-	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(t.RemoteNamespace).Name(t.Pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{
-			Container: container,
-			Command:   cmd,
-			Stdin:     attach.Stdin() != nil,
-			Stdout:    attach.Stdout() != nil,
-			Stderr:    attach.Stderr() != nil,
-			TTY:       attach.TTY(),
-		}, scheme.ParameterCodec)
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(t.RemoteNamespace).Name(t.Pod).SubResource(subresource).
+		VersionedParams(opts, scheme.ParameterCodec)
 	spdy, err := remotecommand.NewSPDYExecutor(t.Config, http.MethodPost, req.URL())
 	if err != nil {
 		return err
@@ -122,36 +139,184 @@ func (s *Server) runInContainer(ctx context.Context, _, _, container string, cmd
 	if err != nil {
 		return err
 	}
-	exec, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	})
+	exec, err := remotecommand.NewFallbackExecutor(ws, spdy, shouldFallback)
 	if err != nil {
 		return err
 	}
-	opts := remotecommand.StreamOptions{Tty: attach.TTY()}
+	so := remotecommand.StreamOptions{Tty: attach.TTY()}
 	// Only set the streams that exist: a nil io.WriteCloser must not
 	// become a non-nil io.Writer.
 	if in := attach.Stdin(); in != nil {
-		opts.Stdin = in
+		so.Stdin = in
 	}
 	if out := attach.Stdout(); out != nil {
-		opts.Stdout = out
+		so.Stdout = out
 	}
 	if errOut := attach.Stderr(); errOut != nil {
-		opts.Stderr = errOut
+		so.Stderr = errOut
 	}
 	if attach.TTY() && attach.Resize() != nil {
-		opts.TerminalSizeQueue = &sizeQueue{ctx: ctx, ch: attach.Resize()}
+		so.TerminalSizeQueue = &sizeQueue{ctx: ctx, ch: attach.Resize()}
 	}
-	err = exec.StreamWithContext(ctx, opts)
+	err = exec.StreamWithContext(ctx, so)
 	if _, ok := err.(utilexec.ExitError); ok {
 		return err // virtual-kubelet passes the exit code on only when unwrapped
 	}
 	if err != nil {
-		return s.failed(t, "exec", remoteError(t, err))
+		return s.failed(t, subresource, remoteError(t, err))
 	}
 	return nil
 }
+
+// shouldFallback says when a WebSocket dial is retried over SPDY.
+func shouldFallback(err error) bool {
+	return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+}
+
+// reachPod returns a client of the provider after it answered a read of
+// the remote pod within the connect timeout.
+func (s *Server) reachPod(ctx context.Context, t *target, request string) (kubernetes.Interface, error) {
+	cs, err := kubernetes.NewForConfig(t.Config)
+	if err != nil {
+		return nil, err
+	}
+	getCtx, cancel := context.WithTimeout(ctx, s.connectTimeout)
+	_, err = cs.CoreV1().Pods(t.RemoteNamespace).Get(getCtx, t.Pod, metav1.GetOptions{})
+	cancel()
+	if err != nil {
+		return nil, s.failed(t, request, remoteError(t, err))
+	}
+	return cs, nil
+}
+
+// forwardPort carries one port-forward connection (virtual-kubelet's
+// PortForwardHandlerFunc: called once per connection the client opens) to
+// port of the remote pod through the provider's pods/portforward, over
+// WebSocket or SPDY as kubectl does. Connecting is bounded by the connect
+// timeout; the connection then lasts until either side closes it or ctx
+// ends. What the provider reports on the error stream (nothing listens on
+// the port, ...) is returned.
+func (s *Server) forwardPort(ctx context.Context, namespace, pod string, port int32, conn io.ReadWriteCloser) error {
+	defer conn.Close()
+	// virtual-kubelet calls this with a context of its own, not the
+	// request's: resolve the pod again (serve authorized the request).
+	t, err := targetFrom(ctx)
+	if err != nil {
+		if t, err = s.resolve(ctx, namespace, pod); err != nil {
+			return err
+		}
+	}
+	cs, err := s.reachPod(ctx, t, "port-forward")
+	if err != nil {
+		return err
+	}
+	u := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(t.RemoteNamespace).Name(t.Pod).SubResource("portforward").URL()
+	rt, upgrader, err := spdy.RoundTripperFor(t.Config)
+	if err != nil {
+		return err
+	}
+	dialer := spdy.NewDialerForStreaming(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
+	if tunnel, err := portforward.NewSPDYOverWebsocketDialerForStreaming(u, t.Config); err == nil {
+		dialer = portforward.NewFallbackDialerForStreaming(tunnel, dialer, shouldFallback)
+	}
+	type dialed struct {
+		c   httpstream.Connection
+		err error
+	}
+	done := make(chan dialed, 1)
+	go func() {
+		c, _, err := dialer.Dial(portforward.PortForwardProtocolV1Name)
+		done <- dialed{c, err}
+	}()
+	// closeLate closes the connection of a dial given up on, should it
+	// still succeed.
+	closeLate := func() {
+		if d := <-done; d.c != nil {
+			_ = d.c.Close()
+		}
+	}
+	var remote httpstream.Connection
+	timer := s.clock.NewTimer(s.connectTimeout)
+	defer timer.Stop()
+	select {
+	case d := <-done:
+		if d.err != nil {
+			return s.failed(t, "port-forward", remoteError(t, d.err))
+		}
+		remote = d.c
+	case <-timer.C():
+		go closeLate()
+		return s.failed(t, "port-forward", fmt.Errorf("provider %s did not answer within %s", t.ProviderID, s.connectTimeout))
+	case <-ctx.Done():
+		go closeLate()
+		return ctx.Err()
+	}
+	defer func() { _ = remote.Close() }()
+
+	h := http.Header{}
+	h.Set(corev1.StreamType, corev1.StreamTypeError)
+	h.Set(corev1.PortHeader, strconv.Itoa(int(port)))
+	h.Set(corev1.PortForwardRequestIDHeader, "0")
+	errStream, err := remote.CreateStream(h)
+	if err != nil {
+		return s.failed(t, "port-forward", remoteError(t, err))
+	}
+	_ = errStream.Close() // nothing is sent on it; the provider answers on it
+	h.Set(corev1.StreamType, corev1.StreamTypeData)
+	data, err := remote.CreateStream(h)
+	if err != nil {
+		return s.failed(t, "port-forward", remoteError(t, err))
+	}
+	defer func() { _ = data.Reset() }()
+
+	remoteErr := make(chan error, 1)
+	go func() {
+		msg, err := io.ReadAll(io.LimitReader(errStream, maxPortForwardError))
+		switch {
+		case err != nil:
+			remoteErr <- err
+		case len(msg) > 0:
+			remoteErr <- fmt.Errorf("provider %s, pod %s/%s, port %d: %s", t.ProviderID, t.RemoteNamespace, t.Pod, port, msg)
+		default:
+			remoteErr <- nil
+		}
+	}()
+	toRemote := make(chan struct{})
+	go func() {
+		defer close(toRemote)
+		_, _ = io.Copy(data, conn) // ends when the client closes its side
+		_ = data.Close()           // half-close: the pod sees EOF
+	}()
+	fromRemote := make(chan struct{})
+	go func() {
+		defer close(fromRemote)
+		_, _ = io.Copy(conn, data)
+	}()
+	select {
+	case <-fromRemote:
+	case <-ctx.Done():
+		return nil
+	case <-remote.CloseChan():
+	}
+	// The provider's verdict may arrive just after its data ends.
+	timer2 := s.clock.NewTimer(errorStreamWait)
+	defer timer2.Stop()
+	select {
+	case err := <-remoteErr:
+		if err != nil {
+			return s.failed(t, "port-forward", err)
+		}
+	case <-timer2.C():
+	}
+	return nil
+}
+
+// errorStreamWait bounds the wait for the provider's error stream after a
+// forwarded connection's data ended.
+const errorStreamWait = 2 * time.Second
+
+// maxPortForwardError bounds what is read of a provider's error stream.
+const maxPortForwardError = 4 << 10
 
 // sizeQueue feeds terminal resizes to the remote session.
 type sizeQueue struct {

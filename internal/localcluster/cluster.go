@@ -64,12 +64,18 @@ const (
 	tailLinesOnError = 20
 )
 
-// ErrMissingBinaries is wrapped by the errors of Start and CheckBinaries when
-// a Kubernetes binary or the kwok stage configurations are missing.
+// ErrMissingBinaries is wrapped by the errors of Start, CheckBinaries and
+// CheckRealNodeBinaries when a Kubernetes binary or the kwok stage
+// configurations are missing.
 var ErrMissingBinaries = errors.New("missing Kubernetes binaries")
 
-// requiredBinaries are the binaries Start runs.
+// requiredBinaries are the binaries Start runs. In tools/kube's cache all but
+// kwok are symlinks to one multi-call binary, kube.
 var requiredBinaries = []string{Etcd, APIServer, ControllerManager, Scheduler, Kwok}
+
+// realNodeBinaries are the binaries a real node runs besides its container
+// runtime (symlinks to kube in tools/kube's cache, like requiredBinaries).
+var realNodeBinaries = []string{"kubelet", "kube-proxy"}
 
 // DefaultBinDir is where tools/kube puts the binaries: $ANNEX_KUBE_DIR/bin, or
 // ${XDG_CACHE_HOME:-$HOME/.cache}/annex/kube-<KubeVersion>/bin.
@@ -111,22 +117,43 @@ func kwokStageFiles(binDir string) ([]string, error) {
 
 // CheckBinaries returns an error wrapping ErrMissingBinaries, telling the
 // reader to run `make tools`, unless every binary Start runs and kwok's stage
-// configurations are present for binDir.
+// configurations are present for binDir. It does not ask for the binaries of
+// real nodes: see CheckRealNodeBinaries.
 func CheckBinaries(binDir string) error {
+	missing := missingExecutables(binDir, requiredBinaries)
+	if stages, err := kwokStageFiles(binDir); err != nil || len(stages) == 0 {
+		missing = append(missing, "kwok stage configurations ("+stagesDir(binDir)+"/*.yaml)")
+	}
+	return missingError(binDir, missing)
+}
+
+// CheckRealNodeBinaries is CheckBinaries for the Kubernetes binaries a real
+// node runs (kubelet, kube-proxy). Code that starts real nodes checks them
+// besides CheckBinaries; the container runtime is not checked here.
+func CheckRealNodeBinaries(binDir string) error {
+	return missingError(binDir, missingExecutables(binDir, realNodeBinaries))
+}
+
+// missingExecutables returns those of names that are not executable files
+// (or symlinks to one) in binDir.
+func missingExecutables(binDir string, names []string) []string {
 	var missing []string
-	for _, b := range requiredBinaries {
+	for _, b := range names {
 		fi, err := os.Stat(filepath.Join(binDir, b))
 		if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 			missing = append(missing, b)
 		}
 	}
-	if stages, err := kwokStageFiles(binDir); err != nil || len(stages) == 0 {
-		missing = append(missing, "kwok stage configurations ("+stagesDir(binDir)+"/*.yaml)")
+	return missing
+}
+
+// missingError is nil when nothing is missing, else an error wrapping
+// ErrMissingBinaries that lists what and says how to build it.
+func missingError(binDir string, missing []string) error {
+	if len(missing) == 0 {
+		return nil
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w in %s: %v; run `make tools` to build them", ErrMissingBinaries, binDir, missing)
-	}
-	return nil
+	return fmt.Errorf("%w in %s: %v; run `make tools` to build them (tools/kube builds them into the cache directory, the first time in about 15 minutes)", ErrMissingBinaries, binDir, missing)
 }
 
 // Options configure Start.

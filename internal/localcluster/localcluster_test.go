@@ -630,8 +630,19 @@ func TestCheckBinaries(t *testing.T) {
 	if !errors.Is(err, ErrMissingBinaries) || !strings.Contains(err.Error(), "make tools") {
 		t.Fatalf("CheckBinaries(empty) = %v, want ErrMissingBinaries mentioning make tools", err)
 	}
+	// tools/kube's layout: one multi-call binary, a symlink per command,
+	// kwok on its own.
+	if err := os.WriteFile(filepath.Join(bin, "kube"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, b := range requiredBinaries {
-		if err := os.WriteFile(filepath.Join(bin, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		if b == Kwok {
+			if err := os.WriteFile(filepath.Join(bin, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.Symlink("kube", filepath.Join(bin, b)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -645,7 +656,32 @@ func TestCheckBinaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := CheckBinaries(bin); err != nil {
-		t.Fatalf("CheckBinaries(complete) = %v", err)
+		t.Fatalf("CheckBinaries(complete, no node binaries) = %v", err)
+	}
+
+	err = CheckRealNodeBinaries(bin)
+	if !errors.Is(err, ErrMissingBinaries) || !strings.Contains(err.Error(), "[kubelet kube-proxy]") {
+		t.Fatalf("CheckRealNodeBinaries(none) = %v, want ErrMissingBinaries listing kubelet and kube-proxy", err)
+	}
+	// A dangling symlink counts as missing.
+	if err := os.Symlink("no-such-kube", filepath.Join(bin, "kube-proxy")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("kube", filepath.Join(bin, "kubelet")); err != nil {
+		t.Fatal(err)
+	}
+	err = CheckRealNodeBinaries(bin)
+	if !errors.Is(err, ErrMissingBinaries) || !strings.Contains(err.Error(), "[kube-proxy]") {
+		t.Fatalf("CheckRealNodeBinaries(dangling kube-proxy) = %v, want ErrMissingBinaries listing kube-proxy only", err)
+	}
+	if err := os.Remove(filepath.Join(bin, "kube-proxy")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("kube", filepath.Join(bin, "kube-proxy")); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckRealNodeBinaries(bin); err != nil {
+		t.Fatalf("CheckRealNodeBinaries(complete) = %v", err)
 	}
 }
 

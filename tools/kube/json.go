@@ -12,7 +12,7 @@ func jsonField(data []byte, field string) (string, error) {
 	}
 	s, ok := m[field].(string)
 	if !ok || s == "" {
-		return "", fmt.Errorf("no %q in go mod download output", field)
+		return "", fmt.Errorf("no %q in the go command's JSON output", field)
 	}
 	return s, nil
 }

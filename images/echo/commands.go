@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// say prints its arguments.
+func say(args []string, stdout io.Writer) int {
+	fmt.Fprintln(stdout, strings.Join(args, " "))
+	return 0
+}
+
+// get GETs one URL and prints the body; 1 when the request fails or the
+// status is not 2xx, 2 on bad usage. No proxy is used, whatever the
+// environment says: the request goes where the URL says.
+func get(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("get", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long (connecting and reading the reply)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: echo-server get [-timeout 5s] URL")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	url := fs.Arg(0)
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "echo-server get: %v\n", err)
+		return 2
+	}
+	client := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	resp, err := client.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "echo-server get: %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close() //nolint:errcheck // read-only
+	if _, err := io.Copy(stdout, resp.Body); err != nil {
+		fmt.Fprintf(stderr, "echo-server get %s: reading the reply: %v\n", url, err)
+		return 1
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		fmt.Fprintf(stderr, "echo-server get %s: %s\n", url, resp.Status)
+		return 1
+	}
+	return 0
+}
