@@ -74,8 +74,9 @@ var ErrMissingBinaries = errors.New("missing Kubernetes binaries")
 var requiredBinaries = []string{Etcd, APIServer, ControllerManager, Scheduler, Kwok}
 
 // realNodeBinaries are the binaries a real node runs besides its container
-// runtime (symlinks to kube in tools/kube's cache, like requiredBinaries).
-var realNodeBinaries = []string{"kubelet", "kube-proxy"}
+// runtime (symlinks to kube in tools/kube's cache, like requiredBinaries):
+// kubelet, kube-proxy and the helper localcluster-proxy.
+var realNodeBinaries = []string{Kubelet, KubeProxy, ProxyCommand}
 
 // DefaultBinDir is where tools/kube puts the binaries: $ANNEX_KUBE_DIR/bin, or
 // ${XDG_CACHE_HOME:-$HOME/.cache}/annex/kube-<KubeVersion>/bin.
@@ -127,9 +128,9 @@ func CheckBinaries(binDir string) error {
 	return missingError(binDir, missing)
 }
 
-// CheckRealNodeBinaries is CheckBinaries for the Kubernetes binaries a real
-// node runs (kubelet, kube-proxy). Code that starts real nodes checks them
-// besides CheckBinaries; the container runtime is not checked here.
+// CheckRealNodeBinaries is CheckBinaries for the binaries a real node runs
+// (kubelet, kube-proxy, localcluster-proxy). CheckRealNodes checks them
+// with everything else real nodes need (root, the container runtime).
 func CheckRealNodeBinaries(binDir string) error {
 	return missingError(binDir, missingExecutables(binDir, realNodeBinaries))
 }

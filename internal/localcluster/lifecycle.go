@@ -236,7 +236,11 @@ func (c *Cluster) ResumeAPIServer(ctx context.Context) error {
 }
 
 // restartWatchers restarts the components that watch the API server
-// (controller-manager, scheduler, kwok) after it came back from the dead.
+// (controller-manager, scheduler, kwok, the real nodes' kube-proxies) after
+// it came back from the dead. Kubelets are not restarted: a restarted
+// kubelet reports every pod with a readiness probe NotReady until the probe
+// passes again, so Services would lose their endpoints for a moment; and a
+// real provider's kubelets do not restart with its API server either.
 // Their watches are client-go reflectors: after an outage of a few tens of
 // seconds their backoff reaches 30 s, so a pod created right after the
 // restart would wait up to a minute to be scheduled and run. Fresh processes
@@ -247,7 +251,7 @@ func (c *Cluster) restartWatchers(ctx context.Context) error {
 	var comps []componentState
 	names := []string{ControllerManager, Scheduler, Kwok}
 	for _, n := range c.RealNodeNames() {
-		names = append(names, NodeComponent(Kubelet, n), NodeComponent(KubeProxy, n))
+		names = append(names, NodeComponent(KubeProxy, n))
 	}
 	for _, name := range names {
 		if cs := c.st.component(name); cs != nil {

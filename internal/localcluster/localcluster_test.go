@@ -660,15 +660,17 @@ func TestCheckBinaries(t *testing.T) {
 	}
 
 	err = CheckRealNodeBinaries(bin)
-	if !errors.Is(err, ErrMissingBinaries) || !strings.Contains(err.Error(), "[kubelet kube-proxy]") {
-		t.Fatalf("CheckRealNodeBinaries(none) = %v, want ErrMissingBinaries listing kubelet and kube-proxy", err)
+	if !errors.Is(err, ErrMissingBinaries) || !strings.Contains(err.Error(), "[kubelet kube-proxy localcluster-proxy]") {
+		t.Fatalf("CheckRealNodeBinaries(none) = %v, want ErrMissingBinaries listing kubelet, kube-proxy and localcluster-proxy", err)
 	}
 	// A dangling symlink counts as missing.
 	if err := os.Symlink("no-such-kube", filepath.Join(bin, "kube-proxy")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("kube", filepath.Join(bin, "kubelet")); err != nil {
-		t.Fatal(err)
+	for _, b := range []string{"kubelet", "localcluster-proxy"} {
+		if err := os.Symlink("kube", filepath.Join(bin, b)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	err = CheckRealNodeBinaries(bin)
 	if !errors.Is(err, ErrMissingBinaries) || !strings.Contains(err.Error(), "[kube-proxy]") {

@@ -87,7 +87,7 @@ func (c *Cluster) APIAddress() string {
 }
 
 func (s *state) apiAddress() string {
-	if s.RealNodes == 0 {
+	if s.RealNodes == 0 || s.Ports.APIServer == 0 {
 		return ""
 	}
 	nn, err := newNodeNetwork(s.NodeNetworkCIDR)
@@ -454,3 +454,4 @@ func (c *Cluster) cleanupRealNodes() error {
 	}
 	return errors.Join(errs...)
 }
+

@@ -116,9 +116,6 @@ var cniPlugins = []string{"bridge", "host-local", "loopback", "portmap"}
 // they are looked for.
 var cniBinDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
 
-// realNodeBinDirBinaries are what real nodes need in the binary directory.
-var realNodeBinDirBinaries = []string{Kubelet, KubeProxy, ProxyCommand}
-
 // hostTools are the host programs real nodes need, with the Debian package
 // holding each.
 var hostTools = []struct{ name, pkg string }{
@@ -173,14 +170,7 @@ func CheckRealNodes(binDir string) error {
 	if mounts, err := cgroupMounts(); err != nil || len(mounts) == 0 {
 		problems = append(problems, "no cgroup file system mounted under /sys/fs/cgroup")
 	}
-	var bins []string
-	for _, b := range realNodeBinDirBinaries {
-		fi, err := os.Stat(filepath.Join(binDir, b))
-		if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-			bins = append(bins, b)
-		}
-	}
-	if len(bins) > 0 {
+	if bins := missingExecutables(binDir, realNodeBinaries); len(bins) > 0 {
 		problems = append(problems, fmt.Sprintf("missing %s in %s: run `make tools` to build them", strings.Join(bins, ", "), binDir))
 	}
 	if len(problems) > 0 {
