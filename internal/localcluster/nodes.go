@@ -454,4 +454,3 @@ func (c *Cluster) cleanupRealNodes() error {
 	}
 	return errors.Join(errs...)
 }
-
