@@ -705,6 +705,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if spec := os.Getenv(realNodeHelperEnv); spec != "" {
+		os.Exit(realNodeHelper(spec))
+	}
 	if mode := os.Getenv(helperEnv); mode != "" {
 		p, err := spawn(spawnSpec{name: "sleep", binary: "/bin/sleep", args: []string{"1000"}, logPath: os.Getenv(helperEnv + "_LOG"), detach: mode == "detach"})
 		if err != nil {

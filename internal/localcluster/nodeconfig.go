@@ -234,14 +234,15 @@ func containerdArgs(nl nodeLayout) []string {
 	return []string{"--config=" + nl.containerdConfig(), "--log-level=warn"}
 }
 
+// kubeletArgs keep the kubelet's default root directory, /var/lib/kubelet,
+// on the node's private tmpfs: the sockets it makes there need short paths
+// (108 bytes), which the cluster's directory may not leave room for.
 func kubeletArgs(n realNode, nl nodeLayout, kubeconfig string) []string {
 	return []string{
 		"--config=" + nl.kubeletConfig(),
 		"--kubeconfig=" + kubeconfig,
 		"--hostname-override=" + n.Name,
 		"--node-ip=" + n.IP.String(),
-		"--root-dir=" + nl.kubeletRoot(),
-		"--cert-dir=" + nl.kubeletRoot() + "/pki",
 		"--v=1",
 	}
 }

@@ -173,7 +173,7 @@ func removeIfExists(path string) error {
 func (c *Cluster) writeNodeFiles(n realNode, cniBinDir string) error {
 	l := layout{dir: c.dir}
 	nl := l.node(n.Name)
-	for _, d := range []string{nl.dir, nl.sysctlDir(), nl.cniConfDir(), nl.kubeletRoot(), nl.podLogs(), nl.containerdRoot(), nl.containerdOpt()} {
+	for _, d := range []string{nl.dir, nl.sysctlDir(), nl.cniConfDir(), nl.podLogs(), nl.containerdRoot(), nl.containerdOpt()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}

@@ -11,8 +11,10 @@ package localcluster
 // tmpfs over /run, /var/lib and /var/log (the paths containerd and the
 // kubelet hard-code), a /proc of its own whose host-wide sysctls are
 // read-only (the kubelet runs with protectKernelDefaults and reads the
-// values it expects from files bound over them), and its state under
-// <Dir>/nodes/<node>. Its containers go into a cgroup of its own,
+// values it expects from files bound over them), and its configuration,
+// containerd's images and containers and the pods' logs under
+// <Dir>/nodes/<node> (the kubelet's own directory, with the pods' volumes,
+// stays on the tmpfs: its sockets need short paths). Its containers go into a cgroup of its own,
 // /annex-lc-<id>/<node> in every hierarchy, made before the kubelet starts
 // and removed by Stop. containerd, kubelet and kube-proxy are started in
 // the node with nsenter.
@@ -392,7 +394,6 @@ func (n nodeLayout) containerdOpt() string    { return filepath.Join(n.dir, "con
 func (n nodeLayout) cniConfDir() string       { return filepath.Join(n.dir, "cni") }
 func (n nodeLayout) cniConfig() string        { return filepath.Join(n.cniConfDir(), "10-annex.conflist") }
 func (n nodeLayout) kubeletConfig() string    { return filepath.Join(n.dir, "kubelet.yaml") }
-func (n nodeLayout) kubeletRoot() string      { return filepath.Join(n.dir, "kubelet") }
 func (n nodeLayout) podLogs() string          { return filepath.Join(n.dir, "pod-logs") }
 func (n nodeLayout) kubeProxyConfig() string  { return filepath.Join(n.dir, "kube-proxy.yaml") }
 func (n nodeLayout) resolvConf() string       { return filepath.Join(n.dir, "resolv.conf") }

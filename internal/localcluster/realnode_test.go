@@ -373,33 +373,37 @@ func TestAPIServerArgsWithRealNodes(t *testing.T) {
 	}
 }
 
-// hostSnapshot is what real nodes must not leave behind on the host: mounts
-// of this mount namespace, named network namespaces, top-level cgroups,
-// devices of the host's network namespace, its nftables ruleset, and
-// processes of the programs real nodes run.
-func hostSnapshot(t *testing.T) map[string][]string {
+// hostSnapshot is what the real nodes of the cluster in dir must not leave
+// behind on the host: mounts of this mount namespace, named network
+// namespaces, cgroups at the top of each hierarchy, devices of the host's
+// network namespace, its nftables ruleset, and processes (those whose
+// command line names dir, those in another PID namespace than the host's,
+// and containerd's). Other tests on this machine make things of their own
+// (sandboxnet's namespaces, other clusters' cgroups): those are not listed.
+func hostSnapshot(t *testing.T, dir string) map[string][]string {
 	t.Helper()
 	snap := map[string][]string{}
+	ours := func(name string) bool {
+		return !strings.HasPrefix(name, "annex-sbx-") && !strings.HasPrefix(name, "asbt")
+	}
 	mounts, _ := os.ReadFile("/proc/self/mounts")
 	for _, l := range strings.Split(strings.TrimSpace(string(mounts)), "\n") {
-		f := strings.Fields(l)
-		// Other tests on this machine (sandboxnet) make namespaces of
-		// their own.
-		if len(f) > 1 && !strings.HasPrefix(f[1], "/run/netns/annex-sbx-") && !strings.HasPrefix(f[1], "/run/netns/asbt") {
+		if f := strings.Fields(l); len(f) > 2 && ours(strings.TrimPrefix(f[1], "/run/netns/")) {
 			snap["mount"] = append(snap["mount"], f[1]+" "+f[2])
 		}
 	}
 	entries, _ := os.ReadDir("/run/netns")
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), "annex-sbx-") && !strings.HasPrefix(e.Name(), "asbt") {
+		if ours(e.Name()) {
 			snap["netns"] = append(snap["netns"], e.Name())
 		}
 	}
+	parent := strings.TrimPrefix(cgroupParent(dir), "/")
 	if cm, err := cgroupMounts(); err == nil {
 		for _, m := range cm {
 			entries, _ := os.ReadDir(m.Path)
 			for _, e := range entries {
-				if e.IsDir() {
+				if e.IsDir() && (e.Name() == parent || !strings.HasPrefix(e.Name(), "annex-lc-")) {
 					snap["cgroup"] = append(snap["cgroup"], filepath.Join(m.Path, e.Name()))
 				}
 			}
@@ -412,20 +416,25 @@ func hostSnapshot(t *testing.T) map[string][]string {
 	if out, err := exec.Command("nft", "list", "ruleset").Output(); err == nil {
 		snap["nft"] = strings.Split(strings.TrimSpace(string(out)), "\n")
 	}
+	hostPidNS, _ := os.Readlink("/proc/self/ns/pid")
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
 		pid, err := strconv.Atoi(p.Name())
 		if err != nil {
 			continue
 		}
-		exe, err := os.Readlink(filepath.Join("/proc", p.Name(), "exe"))
-		if err != nil {
-			continue
+		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil || len(cmdline) == 0 {
+			continue // gone, or a kernel thread
 		}
-		switch filepath.Base(strings.TrimSuffix(exe, " (deleted)")) {
-		case "containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "kube", "localcluster-proxy", "pause", "echo-server":
-			cmdline, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-			snap["process"] = append(snap["process"], fmt.Sprintf("%d %s", pid, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
+		exe, _ := os.Readlink(filepath.Join("/proc", p.Name(), "exe"))
+		pidNS, _ := os.Readlink(filepath.Join("/proc", p.Name(), "ns", "pid"))
+		line := string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
+		switch {
+		case strings.Contains(line, dir),
+			pidNS != "" && pidNS != hostPidNS,
+			strings.HasPrefix(filepath.Base(exe), "containerd"):
+			snap["process"] = append(snap["process"], fmt.Sprintf("%d %s", pid, line))
 		}
 	}
 	for k := range snap {
@@ -613,8 +622,8 @@ func TestRealNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	before := hostSnapshot(t)
 	dir := t.TempDir()
+	before := hostSnapshot(t, dir)
 	begin := time.Now()
 	c, err := Start(ctx, Options{
 		Name: "real", Dir: dir, Nodes: 1, RealNodes: 1,
@@ -748,6 +757,15 @@ func TestRealNodes(t *testing.T) {
 	}
 	checkKwokLogsAndExec(ctx, t, c, cfg, "default", "sim")
 
+	// What the cluster has on the host while it runs (that the check
+	// after Stop would see if it were left).
+	during := strings.Join(leftovers(before, hostSnapshot(t, dir)), "\n")
+	for _, want := range []string{"cgroup: /sys/fs/cgroup/memory" + c.st.CgroupParent, "process: ", "containerd --config=", "/pause", "/echo-server"} {
+		if !strings.Contains(during, want) {
+			t.Errorf("while the cluster runs, the host snapshot lacks %q; it has:\n%s", want, during)
+		}
+	}
+
 	rss := nodeRSS(t, c, node.Name)
 	t.Logf("RSS of %s (KiB): containerd %d, kubelet %d, kube-proxy %d; the node's PID namespace with its 2 pods %d", node.Name, rss[Containerd], rss[Kubelet], rss[KubeProxy], rss["all"])
 
@@ -800,7 +818,7 @@ func TestRealNodes(t *testing.T) {
 	}
 	var left []string
 	if err := poll(ctx, 10*time.Second, func() (bool, error) {
-		left = leftovers(before, hostSnapshot(t))
+		left = leftovers(before, hostSnapshot(t, dir))
 		return len(left) == 0, nil
 	}); err != nil {
 		t.Errorf("left behind after Stop:\n%s", strings.Join(left, "\n"))
@@ -866,4 +884,143 @@ func getAPIServerFromNode(ctx context.Context, c *Cluster, netnsPath, url string
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return nil
+}
+
+// realNodeHelperEnv makes the test binary start a cluster with a real node
+// running a pod, as "attach|detach,DIR,PAUSE_TAR,PAUSE_REF", and then exit
+// (detach) or die (attach). See TestRealNodesWithTheirStarter.
+const realNodeHelperEnv = "LOCALCLUSTER_TEST_REAL_NODE"
+
+func realNodeHelper(spec string) int {
+	f := strings.Split(spec, ",")
+	if len(f) != 4 {
+		fmt.Fprintln(os.Stderr, "bad", realNodeHelperEnv, spec)
+		return 2
+	}
+	mode, dir, tarball, ref := f[0], f[1], f[2], f[3]
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, Options{
+		Name: "starter", Dir: dir, RealNodes: 1, Images: []string{tarball}, PauseImage: ref,
+		Detach: mode == "detach", Progress: os.Stderr,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cfg, err := c.RESTConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "sleeper", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: new(int64),
+			Containers:                    []corev1.Container{{Name: "pause", Image: ref, ImagePullPolicy: corev1.PullNever}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := poll(ctx, time.Minute, func() (bool, error) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, "sleeper", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, err
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, "pod not running:", err)
+		return 1
+	}
+	fmt.Println("running")
+	if mode == "attach" {
+		panic("the starter dies with its cluster attached")
+	}
+	return 0
+}
+
+// TestRealNodesWithTheirStarter starts a cluster with a real node running a
+// pod from another process, as annexctl sandbox does: detached, it outlives
+// that process and Load(dir).Stop leaves nothing behind; attached, every
+// process of the node (its containers too) dies with that process, and
+// Load(dir).Stop removes what is left (cgroups).
+func TestRealNodesWithTheirStarter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: skipped with -short")
+	}
+	binDir := DefaultBinDir()
+	if err := CheckBinaries(binDir); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	if err := CheckRealNodes(binDir); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	pause, err := ociimage.Pause(ctx, filepath.Join(t.TempDir(), "pause.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"detach", "attach"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			before := hostSnapshot(t, dir)
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), realNodeHelperEnv+"="+strings.Join([]string{mode, dir, pause.Path, pause.Ref}, ","))
+			out, err := cmd.CombinedOutput()
+			t.Cleanup(func() {
+				if c, err := Load(dir); err == nil {
+					_ = c.Stop(context.Background())
+				}
+			})
+			if !strings.Contains(string(out), "\nrunning\n") {
+				t.Fatalf("starter: %v\n%s", err, out)
+			}
+			c, err := Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch mode {
+			case "detach":
+				for _, s := range c.Status() {
+					if s.State != Running {
+						t.Errorf("%s is %s after its starter exited", s.Name, s.State)
+					}
+				}
+				cfg, err := c.RESTConfig()
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Pods("default").Get(ctx, "sleeper", metav1.GetOptions{})
+				if err != nil || p.Status.Phase != corev1.PodRunning {
+					t.Errorf("pod after the starter exited: %v", err)
+				}
+			case "attach":
+				// Everything but the cgroups goes with the starter.
+				var left []string
+				if err := poll(ctx, 20*time.Second, func() (bool, error) {
+					left = nil
+					for _, l := range leftovers(before, hostSnapshot(t, dir)) {
+						if !strings.HasPrefix(l, "cgroup: ") {
+							left = append(left, l)
+						}
+					}
+					for _, s := range c.Status() {
+						if s.State != Dead {
+							left = append(left, fmt.Sprintf("component: %s (pid %d) %s", s.Name, s.PID, s.State))
+						}
+					}
+					return len(left) == 0, nil
+				}); err != nil {
+					t.Errorf("left behind by the dead starter:\n%s", strings.Join(left, "\n"))
+				}
+			}
+			if err := c.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if left := leftovers(before, hostSnapshot(t, dir)); len(left) > 0 {
+				t.Errorf("left behind after Stop:\n%s", strings.Join(left, "\n"))
+			}
+		})
+	}
 }
