@@ -124,7 +124,7 @@ func (c *Cluster) startNodeNetwork(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer host.Close()
+	defer func() { _ = host.Close() }() // read only
 	c.mu.Lock()
 	bin := filepath.Join(c.st.BinDir, ProxyCommand)
 	args := networkArgs(l, &c.st)
@@ -258,7 +258,7 @@ func (c *Cluster) startRealNode(ctx context.Context, n realNode, all []realNode,
 	if err != nil {
 		return err
 	}
-	defer host.Close()
+	defer func() { _ = host.Close() }() // read only
 	initName := NodeComponent(NodeInit, n.Name)
 	args := nodeInitArgs(nn, nl, apiPort)
 	p, err := spawn(spawnSpec{
