@@ -3,6 +3,7 @@ package localcluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -471,6 +472,7 @@ func nodeRSS(t *testing.T, c *Cluster, node string) map[string]int {
 	for _, kind := range []string{Containerd, Kubelet, KubeProxy} {
 		if cs := c.st.component(NodeComponent(kind, node)); cs != nil && cs.ChildPID != 0 {
 			out[kind] = rssKiB(cs.ChildPID)
+			out[kind+" anon"] = statusKiB(cs.ChildPID, "RssAnon:")
 		}
 	}
 	initCS := c.st.component(NodeComponent(NodeInit, node))
@@ -493,6 +495,7 @@ func nodeRSS(t *testing.T, c *Cluster, node string) map[string]int {
 		ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
 		if ns == pidNS || inNestedPidNS(string(status)) && ancestorInNS(pid, pidNS) {
 			out["all"] += rssKiB(pid)
+			out["all anon"] += statusKiB(pid, "RssAnon:")
 		}
 	}
 	return out
@@ -533,13 +536,16 @@ func ancestorInNS(pid int, ns string) bool {
 	return false
 }
 
-func rssKiB(pid int) int {
+func rssKiB(pid int) int { return statusKiB(pid, "VmRSS:") }
+
+// statusKiB reads a size field (KiB) of /proc/<pid>/status.
+func statusKiB(pid int, field string) int {
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, l := range strings.Split(string(status), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
+		if strings.HasPrefix(l, field) {
 			f := strings.Fields(l)
 			if len(f) >= 2 {
 				v, _ := strconv.Atoi(f[1])
@@ -767,7 +773,8 @@ func TestRealNodes(t *testing.T) {
 	}
 
 	rss := nodeRSS(t, c, node.Name)
-	t.Logf("RSS of %s (KiB): containerd %d, kubelet %d, kube-proxy %d; the node's PID namespace with its 2 pods %d", node.Name, rss[Containerd], rss[Kubelet], rss[KubeProxy], rss["all"])
+	t.Logf("RSS (anonymous) of %s in KiB: containerd %d (%d), kubelet %d (%d), kube-proxy %d (%d); every process of the node with its 2 pods %d (%d)",
+		node.Name, rss[Containerd], rss[Containerd+" anon"], rss[Kubelet], rss[Kubelet+" anon"], rss[KubeProxy], rss[KubeProxy+" anon"], rss["all"], rss["all anon"])
 
 	// The API server restarts: the nodes' kubelet and kube-proxy are
 	// restarted with it, and the node keeps running its pods.
@@ -1022,5 +1029,30 @@ func TestRealNodesWithTheirStarter(t *testing.T) {
 				t.Errorf("left behind after Stop:\n%s", strings.Join(left, "\n"))
 			}
 		})
+	}
+}
+
+// TestCheckRealNodesSaysWhatIsMissing: without the runtime's programs on
+// PATH and without the binaries, the error names each and how to get it.
+func TestCheckRealNodesSaysWhatIsMissing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	err := CheckRealNodes(t.TempDir())
+	if err == nil {
+		t.Fatal("CheckRealNodes succeeded with an empty PATH and binary directory")
+	}
+	if !errors.Is(err, ErrRealNodesUnavailable) {
+		t.Errorf("error %v does not wrap ErrRealNodesUnavailable", err)
+	}
+	for _, want := range []string{
+		"containerd", "runc", "nsenter", "iptables",
+		"apt-get install -y containerd runc util-linux iptables", "make node-deps",
+		"kubelet, kube-proxy, localcluster-proxy", "make tools",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	if os.Geteuid() != 0 && !strings.Contains(err.Error(), "run as root") {
+		t.Errorf("error does not say to run as root: %v", err)
 	}
 }
