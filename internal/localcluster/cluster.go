@@ -5,7 +5,10 @@
 // pods go Running with IPs, and serve a log line, KwokLogLine, and exec
 // through a kubelet endpoint the API server verifies with the cluster CA)
 // from the binaries tools/kube builds, all on free loopback ports, and stops
-// them again without leaving a process behind.
+// them again without leaving a process behind. It can also run real nodes
+// (Options.RealNodes: kubelet, containerd and kube-proxy in namespaces of
+// their own, running real containers; see realnode.go), beside or instead
+// of kwok's.
 //
 // It also injects the faults failure tests need: killing the API server (a
 // dead peer), pausing it with SIGSTOP (a hung peer), resuming and restarting
