@@ -3,11 +3,12 @@ package localcluster
 import (
 	"bytes"
 	"context"
-	"errors"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -29,7 +30,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
 	"sigs.k8s.io/yaml"
 
 	"github.com/annexhq/annex/internal/netnsutil"
@@ -571,13 +574,17 @@ func execIn(ctx context.Context, cfg *rest.Config, ns, pod string, command ...st
 	return stdout.String(), stderr.String(), err
 }
 
-// echoPod is a pod of the echo image on the real nodes, Ready once it
-// serves.
-func echoPod(name, image string) *corev1.Pod {
+// echoPod is a pod of the echo image on a real node (any, if node is
+// empty), Ready once it serves.
+func echoPod(name, image, node string) *corev1.Pod {
+	sel := map[string]string{NodeTypeLabel: NodeTypeReal}
+	if node != "" {
+		sel[corev1.LabelHostname] = node
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": name}},
 		Spec: corev1.PodSpec{
-			NodeSelector:                  map[string]string{NodeTypeLabel: NodeTypeReal},
+			NodeSelector:                  sel,
 			TerminationGracePeriodSeconds: new(int64),
 			Containers: []corev1.Container{{
 				Name: "echo", Image: image, ImagePullPolicy: corev1.PullNever,
@@ -600,9 +607,11 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// TestRealNodes starts a cluster with one real and one kwok node, runs real
-// containers (logs, exec, a ClusterIP Service through kube-proxy, the
-// `kubernetes` Service, kwok still serving its pods), restarts the API
+// TestRealNodes starts a cluster with two real nodes and a kwok node, runs
+// real containers (logs, exec, port-forward and the pod proxy through the
+// API server; a ClusterIP Service through kube-proxy from a pod on the
+// other node, from the same pod and from the node; pod to pod across nodes;
+// the `kubernetes` Service; kwok still serving its pods), restarts the API
 // server, and shows that Stop leaves nothing behind on the host.
 func TestRealNodes(t *testing.T) {
 	if testing.Short() {
@@ -632,14 +641,14 @@ func TestRealNodes(t *testing.T) {
 	before := hostSnapshot(t, dir)
 	begin := time.Now()
 	c, err := Start(ctx, Options{
-		Name: "real", Dir: dir, Nodes: 1, RealNodes: 1,
+		Name: "real", Dir: dir, Nodes: 1, RealNodes: 2,
 		Images: []string{pause.Path, echo.Path}, PauseImage: pause.Ref,
 		Progress: testWriter{t},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("cluster with a Ready real node in %s", time.Since(begin).Round(10*time.Millisecond))
+	t.Logf("cluster with 2 Ready real nodes in %s", time.Since(begin).Round(10*time.Millisecond))
 	stopped := false
 	t.Cleanup(func() {
 		if !stopped {
@@ -652,11 +661,11 @@ func TestRealNodes(t *testing.T) {
 	}
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	rn := c.RealNodes()
-	if len(rn) != 1 || rn[0].Netns == "" {
+	if len(rn) != 2 || rn[0].Netns == "" || rn[1].Netns == "" {
 		t.Fatalf("RealNodes = %+v", rn)
 	}
-	node := rn[0]
-	if diff := cmp.Diff([]string{"real-node-0"}, c.RealNodeNames()); diff != "" {
+	node, other := rn[0], rn[1]
+	if diff := cmp.Diff([]string{"real-node-0", "real-node-1"}, c.RealNodeNames()); diff != "" {
 		t.Errorf("RealNodeNames (-want +got):\n%s", diff)
 	}
 	n, err := cs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
@@ -670,8 +679,8 @@ func TestRealNodes(t *testing.T) {
 
 	// A real pod: Running and Ready with an IP from its node's pod CIDR.
 	t0 := time.Now()
-	for _, name := range []string{"echo", "client"} {
-		if _, err := cs.CoreV1().Pods("default").Create(ctx, echoPod(name, echo.Ref), metav1.CreateOptions{}); err != nil {
+	for _, p := range []*corev1.Pod{echoPod("echo", echo.Ref, node.Name), echoPod("client", echo.Ref, other.Name)} {
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -686,11 +695,15 @@ func TestRealNodes(t *testing.T) {
 	if ip, err := netip.ParseAddr(pod.Status.PodIP); err != nil || !netip.MustParsePrefix(node.PodCIDR).Contains(ip) {
 		t.Errorf("pod IP %q not in the node's pod CIDR %s", pod.Status.PodIP, node.PodCIDR)
 	}
+	var clientPod *corev1.Pod
 	if err := poll(ctx, 60*time.Second, func() (bool, error) {
-		p, err := cs.CoreV1().Pods("default").Get(ctx, "client", metav1.GetOptions{})
-		return err == nil && podReady(p), err
+		clientPod, err = cs.CoreV1().Pods("default").Get(ctx, "client", metav1.GetOptions{})
+		return err == nil && podReady(clientPod), err
 	}); err != nil {
 		t.Fatalf("pod client not Ready: %v", err)
+	}
+	if ip, err := netip.ParseAddr(clientPod.Status.PodIP); err != nil || !netip.MustParsePrefix(other.PodCIDR).Contains(ip) {
+		t.Errorf("pod client's IP %q not in %s's pod CIDR %s", clientPod.Status.PodIP, other.Name, other.PodCIDR)
 	}
 
 	// Logs and exec through the API server (its egress proxy reaches the
@@ -702,9 +715,22 @@ func TestRealNodes(t *testing.T) {
 	if out, stderr, err := execIn(ctx, cfg, "default", "echo", "echo-server", "say", "hello", "from", "exec"); err != nil || strings.TrimSpace(out) != "hello from exec" {
 		t.Errorf("exec say: %q %q %v", out, stderr, err)
 	}
+	if body, err := portForwardGet(ctx, cfg, "default", "echo", 8080); err != nil || !strings.Contains(body, `"hostname":"echo"`) {
+		t.Errorf("port-forward to echo: %q %v", body, err)
+	}
+	// The API server's pod proxy dials the pod IP (its egress, into the
+	// node network and on to the pod's node).
+	if body, err := cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/namespaces/default/pods/echo:8080/proxy/").DoRaw(ctx); err != nil || !strings.Contains(string(body), `"hostname":"echo"`) {
+		t.Errorf("pod proxy to echo: %q %v", body, err)
+	}
+	// Pod to pod across nodes.
+	podURL := "http://" + net.JoinHostPort(pod.Status.PodIP, "8080") + "/"
+	if out, stderr, err := execIn(ctx, cfg, "default", "client", "echo-server", "get", "-timeout", "3s", podURL); err != nil || !strings.Contains(out, `"hostname":"echo"`) {
+		t.Errorf("client on %s → echo on %s at %s: %q %q %v", other.Name, node.Name, podURL, out, stderr, err)
+	}
 
-	// A ClusterIP Service reaches the pod from another pod and from the
-	// node, through kube-proxy.
+	// A ClusterIP Service reaches the pod from a pod on another node, from
+	// the pod itself (hairpin) and from the node, through kube-proxy.
 	svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: "default"},
 		Spec: corev1.ServiceSpec{
@@ -723,6 +749,9 @@ func TestRealNodes(t *testing.T) {
 		return err == nil && strings.Contains(out, `"hostname":"echo"`), nil
 	}); err != nil {
 		t.Errorf("client pod → Service %s: %v (last reply %q)", svcURL, err, body)
+	}
+	if out, stderr, err := execIn(ctx, cfg, "default", "echo", "echo-server", "get", "-timeout", "3s", svcURL); err != nil || !strings.Contains(out, `"hostname":"echo"`) {
+		t.Errorf("echo → its own Service %s: %q %q %v", svcURL, out, stderr, err)
 	}
 	if got, err := getInNetns(ctx, node.Netns, svcURL); err != nil || !strings.Contains(string(got), `"hostname":"echo"`) {
 		t.Errorf("node → Service %s: %v %q", svcURL, err, got)
@@ -773,7 +802,7 @@ func TestRealNodes(t *testing.T) {
 	}
 
 	rss := nodeRSS(t, c, node.Name)
-	t.Logf("RSS (anonymous) of %s in KiB: containerd %d (%d), kubelet %d (%d), kube-proxy %d (%d); every process of the node with its 2 pods %d (%d)",
+	t.Logf("RSS (anonymous) of %s in KiB: containerd %d (%d), kubelet %d (%d), kube-proxy %d (%d); every process of the node with its pod %d (%d)",
 		node.Name, rss[Containerd], rss[Containerd+" anon"], rss[Kubelet], rss[Kubelet+" anon"], rss[KubeProxy], rss[KubeProxy+" anon"], rss["all"], rss["all anon"])
 
 	// The API server restarts: the nodes' kubelet and kube-proxy are
@@ -797,7 +826,7 @@ func TestRealNodes(t *testing.T) {
 		t.Errorf("pod echo not Ready after the restart: %v", err)
 	}
 	t0 = time.Now()
-	if _, err := cs.CoreV1().Pods("default").Create(ctx, echoPod("late", echo.Ref), metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, echoPod("late", echo.Ref, ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := poll(ctx, 90*time.Second, func() (bool, error) {
@@ -1055,4 +1084,45 @@ func TestCheckRealNodesSaysWhatIsMissing(t *testing.T) {
 	if os.Geteuid() != 0 && !strings.Contains(err.Error(), "run as root") {
 		t.Errorf("error does not say to run as root: %v", err)
 	}
+}
+
+// portForwardGet forwards a local port to a pod's port through the API
+// server and GETs / through it.
+func portForwardGet(ctx context.Context, cfg *rest.Config, ns, pod string, port int) (string, error) {
+	rt, upgrader, err := spdy.RoundTripperFor(cfg)
+	if err != nil {
+		return "", err
+	}
+	u := kubernetes.NewForConfigOrDie(cfg).CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("portforward").URL()
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
+	stop, ready := make(chan struct{}), make(chan struct{})
+	defer close(stop)
+	pf, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stop, ready, io.Discard, io.Discard)
+	if err != nil {
+		return "", err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- pf.ForwardPorts() }()
+	select {
+	case <-ready:
+	case err := <-errc:
+		return "", err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	ports, err := pf.GetPorts()
+	if err != nil {
+		return "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/", ports[0].Local), nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}).Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
 }
