@@ -1126,3 +1126,43 @@ func portForwardGet(ctx context.Context, cfg *rest.Config, ns, pod string, port 
 	body, err := io.ReadAll(resp.Body)
 	return string(body), err
 }
+
+// TestRealNodeStartFails: a node that cannot start (an image that does not
+// import) fails Start with an error saying why, and Start cleans up after
+// itself: nothing is left on the host.
+func TestRealNodeStartFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: skipped with -short")
+	}
+	binDir := DefaultBinDir()
+	if err := CheckBinaries(binDir); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	if err := CheckRealNodes(binDir); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	imgDir := t.TempDir()
+	pause, err := ociimage.Pause(ctx, filepath.Join(imgDir, "pause.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(imgDir, "bad.tar")
+	if err := os.WriteFile(bad, []byte("not an image archive"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	before := hostSnapshot(t, dir)
+	c, err := Start(ctx, Options{Name: "broken", Dir: dir, RealNodes: 1, Images: []string{pause.Path, bad}, PauseImage: pause.Ref, Progress: testWriter{t}})
+	if err == nil {
+		_ = c.Stop(ctx)
+		t.Fatal("Start succeeded with an image that cannot be imported")
+	}
+	if !strings.Contains(err.Error(), "import "+bad) {
+		t.Errorf("Start error = %v, want one naming the import of %s", err, bad)
+	}
+	if left := leftovers(before, hostSnapshot(t, dir)); len(left) > 0 {
+		t.Errorf("left behind by the failed Start:\n%s", strings.Join(left, "\n"))
+	}
+}
