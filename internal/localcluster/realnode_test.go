@@ -1159,6 +1159,7 @@ func TestRealNodeStartFails(t *testing.T) {
 		_ = c.Stop(ctx)
 		t.Fatal("Start succeeded with an image that cannot be imported")
 	}
+	t.Logf("Start failed as it should: %v", err)
 	if !strings.Contains(err.Error(), "import "+bad) {
 		t.Errorf("Start error = %v, want one naming the import of %s", err, bad)
 	}
