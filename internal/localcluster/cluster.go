@@ -5,7 +5,10 @@
 // pods go Running with IPs, and serve a log line, KwokLogLine, and exec
 // through a kubelet endpoint the API server verifies with the cluster CA)
 // from the binaries tools/kube builds, all on free loopback ports, and stops
-// them again without leaving a process behind.
+// them again without leaving a process behind. It can also run real nodes
+// (Options.RealNodes: kubelet, containerd and kube-proxy in namespaces of
+// their own, running real containers; see realnode.go), beside or instead
+// of kwok's.
 //
 // It also injects the faults failure tests need: killing the API server (a
 // dead peer), pausing it with SIGSTOP (a hung peer), resuming and restarting
@@ -74,8 +77,9 @@ var ErrMissingBinaries = errors.New("missing Kubernetes binaries")
 var requiredBinaries = []string{Etcd, APIServer, ControllerManager, Scheduler, Kwok}
 
 // realNodeBinaries are the binaries a real node runs besides its container
-// runtime (symlinks to kube in tools/kube's cache, like requiredBinaries).
-var realNodeBinaries = []string{"kubelet", "kube-proxy"}
+// runtime (symlinks to kube in tools/kube's cache, like requiredBinaries):
+// kubelet, kube-proxy and the helper localcluster-proxy.
+var realNodeBinaries = []string{Kubelet, KubeProxy, ProxyCommand}
 
 // DefaultBinDir is where tools/kube puts the binaries: $ANNEX_KUBE_DIR/bin, or
 // ${XDG_CACHE_HOME:-$HOME/.cache}/annex/kube-<KubeVersion>/bin.
@@ -127,9 +131,9 @@ func CheckBinaries(binDir string) error {
 	return missingError(binDir, missing)
 }
 
-// CheckRealNodeBinaries is CheckBinaries for the Kubernetes binaries a real
-// node runs (kubelet, kube-proxy). Code that starts real nodes checks them
-// besides CheckBinaries; the container runtime is not checked here.
+// CheckRealNodeBinaries is CheckBinaries for the binaries a real node runs
+// (kubelet, kube-proxy, localcluster-proxy). CheckRealNodes checks them
+// with everything else real nodes need (root, the container runtime).
 func CheckRealNodeBinaries(binDir string) error {
 	return missingError(binDir, missingExecutables(binDir, realNodeBinaries))
 }
@@ -173,8 +177,27 @@ type Options struct {
 	// ServiceCIDR is the IPv4 ClusterIP range; default DefaultServiceCIDR.
 	ServiceCIDR string
 	// Nodes is the number of kwok nodes, named <name>-worker-<i> and
-	// labelled type=kwok; default 1.
+	// labelled type=kwok; default 1 when RealNodes is 0, else 0.
 	Nodes int
+	// RealNodes is the number of real nodes, named <name>-node-<i> and
+	// labelled type=real: each a kubelet, containerd and kube-proxy in
+	// namespaces of its own running real containers (see realnode.go).
+	// They need root and a container runtime (CheckRealNodes), Images and
+	// PauseImage. Their pod CIDRs follow the kwok nodes'.
+	RealNodes int
+	// Images are image tarballs (OCI or docker archives, absolute paths)
+	// imported into every real node's containerd before its kubelet
+	// starts, the pause image's among them. Pods use them with a pull
+	// policy of IfNotPresent or Never: real nodes reach no registry.
+	Images []string
+	// PauseImage is the reference of the CRI sandbox (pause) image of the
+	// real nodes; required with RealNodes.
+	PauseImage string
+	// NodeNetworkCIDR is the IPv4 network of the real nodes (inside
+	// namespaces of the cluster's own; see realnode.go); default
+	// DefaultNodeNetworkCIDR. Its last usable address is the cluster's API
+	// address on every node.
+	NodeNetworkCIDR string
 	// Detach lets the processes outlive this Go process (the sandbox).
 	// Otherwise each gets SIGKILL when this process dies, even on a panic.
 	Detach bool
@@ -208,11 +231,14 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ServiceCIDR == "" {
 		o.ServiceCIDR = DefaultServiceCIDR
 	}
-	if o.Nodes == 0 {
+	if o.Nodes == 0 && o.RealNodes == 0 {
 		o.Nodes = 1
 	}
 	if o.Nodes < 0 {
 		return o, fmt.Errorf("options: Nodes %d < 0", o.Nodes)
+	}
+	if o.RealNodes > 0 && o.NodeNetworkCIDR == "" {
+		o.NodeNetworkCIDR = DefaultNodeNetworkCIDR
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -228,7 +254,10 @@ func (o Options) withDefaults() (Options, error) {
 	if pod.Contains(svc.IP) || svc.Contains(pod.IP) {
 		return o, fmt.Errorf("options: PodCIDR %s and ServiceCIDR %s overlap", o.PodCIDR, o.ServiceCIDR)
 	}
-	if _, err := nodeCIDR(o.PodCIDR, o.Nodes-1); err != nil {
+	if err := validateRealNodeOptions(o); err != nil {
+		return o, err
+	}
+	if _, err := nodeCIDR(o.PodCIDR, o.Nodes+o.RealNodes-1); err != nil {
 		return o, fmt.Errorf("options: %w", err)
 	}
 	return o, nil
@@ -333,6 +362,15 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	var cniBinDir string
+	if o.RealNodes > 0 {
+		if err := CheckRealNodes(o.BinDir); err != nil {
+			return nil, err
+		}
+		if cniBinDir, err = findCNIBinDir(); err != nil {
+			return nil, err
+		}
+	}
 	l := layout{dir: o.Dir}
 	for _, d := range []string{l.dir, l.logs(), l.kubeconfigs()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -360,9 +398,21 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		},
 		children: map[string]*process{},
 	}
+	if o.RealNodes > 0 {
+		c.st.RealNodes = o.RealNodes
+		c.st.NodeNetworkCIDR = o.NodeNetworkCIDR
+		c.st.CgroupParent = cgroupParent(l.dir)
+		c.st.PauseImage = o.PauseImage
+		c.st.Images = slices.Clone(o.Images)
+	}
 	// From here on state.json describes this run, so that whatever is
 	// started can be found and stopped.
 	if err := writeState(l.dir, &c.st); err != nil {
+		return nil, err
+	}
+	// What a crashed earlier run in this directory may have left (its
+	// processes are gone, checked above).
+	if err := c.cleanupRealNodes(); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -418,6 +468,13 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	}
 	p.step("etcd ready")
 
+	if o.RealNodes > 0 {
+		if err := c.startNodeNetwork(ctx); err != nil {
+			return nil, err
+		}
+		p.step("node network ready")
+	}
+
 	// kube-apiserver.
 	apiserver := launchSpec{
 		name:   APIServer,
@@ -451,7 +508,9 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 				return probeGet(ctx, probe, loopbackURL("https", c.st.Ports.Scheduler)+"/healthz")
 			},
 		},
-		{
+	}
+	if o.Nodes > 0 {
+		others = append(others, launchSpec{
 			name:   Kwok,
 			args:   func() []string { return kwokArgs(l, &c.st, stageFiles) },
 			repick: c.repickOne(&c.st.Ports.Kwok),
@@ -459,7 +518,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 				// Over HTTPS: this also checks kwok's serving certificate.
 				return probeGet(ctx, probe, loopbackURL("https", c.st.Ports.Kwok)+"/healthz")
 			},
-		},
+		})
 	}
 	for _, s := range others {
 		if err := c.launch(s); err != nil {
@@ -480,6 +539,22 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err := c.createNodes(ctx, cs); err != nil {
 		return nil, err
 	}
+	realNodesSince := time.Now()
+	if o.RealNodes > 0 {
+		nodes, err := c.st.realNodes()
+		if err != nil {
+			return nil, err
+		}
+		if err := c.createRealNodes(ctx, cs, nodes); err != nil {
+			return nil, err
+		}
+		for _, n := range nodes {
+			if err := c.startRealNode(ctx, n, nodes, cniBinDir); err != nil {
+				return nil, err
+			}
+			p.step("real node %s started (%s)", n.Name, n.IP)
+		}
+	}
 	for _, s := range others {
 		if err := c.awaitRetrying(ctx, s); err != nil {
 			return nil, err
@@ -492,6 +567,14 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	p.step("%d node(s) Ready", o.Nodes)
+	if o.RealNodes > 0 {
+		if err := c.await(ctx, fmt.Sprintf("%d real node(s) Ready", o.RealNodes), nil, func(ctx context.Context) error {
+			return c.realNodesReady(ctx, cs, realNodesSince)
+		}); err != nil {
+			return nil, err
+		}
+		p.step("%d real node(s) Ready", o.RealNodes)
+	}
 	if err := c.await(ctx, "default ServiceAccount", nil, func(ctx context.Context) error {
 		if _, err := cs.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{}); err != nil {
 			return err
@@ -737,6 +820,19 @@ func (c *Cluster) issueCertificates(now time.Time) error {
 	if err != nil {
 		return err
 	}
+	nodes, err := c.st.realNodes()
+	if err != nil {
+		return err
+	}
+	if len(nodes) > 0 {
+		// Real nodes and their pods reach the API server at the API
+		// address.
+		nn, err := newNodeNetwork(c.st.NodeNetworkCIDR)
+		if err != nil {
+			return err
+		}
+		serving.ips = append(serving.ips, net.IP(nn.API.AsSlice()))
+	}
 	certs := []struct {
 		name string
 		req  certRequest
@@ -750,6 +846,12 @@ func (c *Cluster) issueCertificates(now time.Time) error {
 		{kubeletClientCertName, clientCert(kubeletClientUser)},
 		{kwokServingCertName, loopbackServing("kwok")},
 	}
+	for name, req := range realNodeCerts(nodes) {
+		certs = append(certs, struct {
+			name string
+			req  certRequest
+		}{name, req})
+	}
 	for _, ct := range certs {
 		if _, _, err := ca.issueToFiles(files, ct.name, ct.req, now); err != nil {
 			return err
@@ -759,7 +861,7 @@ func (c *Cluster) issueCertificates(now time.Time) error {
 }
 
 // writeKubeconfigs writes the admin kubeconfig and one per component, for
-// the API server's current port.
+// the API server's current port. Those of real nodes use the API address.
 func (c *Cluster) writeKubeconfigs() error {
 	l := layout{dir: c.dir}
 	files := l.pki()
@@ -768,11 +870,25 @@ func (c *Cluster) writeKubeconfigs() error {
 		return err
 	}
 	server := c.APIServerURL()
-	kubeconfigs := []struct{ certName, user, path string }{
-		{"admin", c.st.Name + "-admin", l.adminKubeconfig()},
-		{ControllerManager, "system:kube-controller-manager", l.kubeconfig(ControllerManager)},
-		{Scheduler, "system:kube-scheduler", l.kubeconfig(Scheduler)},
-		{Kwok, "kwok", l.kubeconfig(Kwok)},
+	type kubeconfig struct{ certName, user, path, server string }
+	kubeconfigs := []kubeconfig{
+		{"admin", c.st.Name + "-admin", l.adminKubeconfig(), server},
+		{ControllerManager, "system:kube-controller-manager", l.kubeconfig(ControllerManager), server},
+		{Scheduler, "system:kube-scheduler", l.kubeconfig(Scheduler), server},
+		{Kwok, "kwok", l.kubeconfig(Kwok), server},
+	}
+	c.mu.Lock()
+	nodes, err := c.st.realNodes()
+	nodeServer := "https://" + c.st.apiAddress()
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if len(nodes) > 0 {
+		kubeconfigs = append(kubeconfigs, kubeconfig{kubeProxyCertName, "system:kube-proxy", l.kubeconfig(KubeProxy), nodeServer})
+	}
+	for _, n := range nodes {
+		kubeconfigs = append(kubeconfigs, kubeconfig{kubeletClientCertFor(n.Name), "system:node:" + n.Name, l.kubeconfig(NodeComponent(Kubelet, n.Name)), nodeServer})
 	}
 	for _, k := range kubeconfigs {
 		certPEM, err := os.ReadFile(files.cert(k.certName))
@@ -783,7 +899,7 @@ func (c *Cluster) writeKubeconfigs() error {
 		if err != nil {
 			return err
 		}
-		if err := writeKubeconfig(k.path, kubeconfigFor(c.st.Name, k.user, server, caPEM, certPEM, keyPEM)); err != nil {
+		if err := writeKubeconfig(k.path, kubeconfigFor(c.st.Name, k.user, k.server, caPEM, certPEM, keyPEM)); err != nil {
 			return err
 		}
 	}

@@ -80,10 +80,18 @@ func etcdArgs(l layout, name string, p ports) []string {
 
 func apiServerArgs(l layout, s *state) []string {
 	pki := l.pki()
-	return []string{
+	// The advertise address is loopback, which an Endpoints object may
+	// not contain: the `kubernetes` Service has no endpoints. With real
+	// nodes it is their API address, forwarded to this loopback port on
+	// every node (see realnode.go).
+	advertise, reconciler := "127.0.0.1", "none"
+	if nn, err := newNodeNetwork(s.NodeNetworkCIDR); err == nil && s.RealNodes > 0 {
+		advertise, reconciler = nn.API.String(), "lease"
+	}
+	args := []string{
 		"--etcd-servers=" + loopbackURL("http", s.Ports.EtcdClient),
 		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--advertise-address=" + advertise,
 		"--secure-port=" + strconv.Itoa(s.Ports.APIServer),
 		"--cert-dir=" + pki.dir,
 		"--tls-cert-file=" + pki.cert("apiserver"),
@@ -96,9 +104,7 @@ func apiServerArgs(l layout, s *state) []string {
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
-		// The advertise address is loopback, which an Endpoints object
-		// may not contain: the `kubernetes` Service has no endpoints.
-		"--endpoint-reconciler-type=none",
+		"--endpoint-reconciler-type=" + reconciler,
 		"--profiling=false",
 		// Front proxy, for aggregated API servers.
 		"--requestheader-client-ca-file=" + pki.caCert(),
@@ -118,6 +124,17 @@ func apiServerArgs(l layout, s *state) []string {
 		"--kubelet-client-certificate=" + pki.cert(kubeletClientCertName),
 		"--kubelet-client-key=" + pki.key(kubeletClientCertName),
 	}
+	if s.RealNodes > 0 {
+		args = append(args,
+			// Kubelets, pods and Service endpoints live in the cluster's
+			// node network; the network process dials them (and
+			// loopback kubelets: kwok, virtual nodes) for the API server.
+			"--egress-selector-config-file="+l.egressConfig(),
+			// Real kubelets have no resolvable host name.
+			"--kubelet-preferred-address-types=InternalIP,InternalDNS,Hostname,ExternalDNS,ExternalIP",
+		)
+	}
+	return args
 }
 
 func controllerManagerArgs(l layout, s *state) []string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -67,6 +68,13 @@ func (c *Cluster) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if len(errs) == 0 {
+		// The real nodes' processes are gone, and with them their
+		// namespaces, mounts and devices; their cgroups are left.
+		if err := c.cleanupRealNodes(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -74,8 +82,8 @@ func (c *Cluster) Stop(ctx context.Context) error {
 func (c *Cluster) stopProcesses(ctx context.Context, comps []componentState) error {
 	var alive []componentState
 	for _, cs := range comps {
-		if err := signal(cs.PID, cs.StartTime, syscall.SIGTERM); err == nil {
-			_ = signal(cs.PID, cs.StartTime, syscall.SIGCONT)
+		if err := signalComponent(cs, syscall.SIGTERM); err == nil {
+			_ = signalComponent(cs, syscall.SIGCONT)
 			alive = append(alive, cs)
 		}
 	}
@@ -89,7 +97,7 @@ func (c *Cluster) stopProcesses(ctx context.Context, comps []componentState) err
 	}
 	var errs []error
 	for _, cs := range still {
-		if err := signal(cs.PID, cs.StartTime, syscall.SIGKILL); err != nil && !errors.Is(err, errNotRunning) {
+		if err := signalComponent(cs, syscall.SIGKILL); err != nil && !errors.Is(err, errNotRunning) {
 			errs = append(errs, fmt.Errorf("kill %s (pid %d): %w", cs.Name, cs.PID, err))
 		}
 	}
@@ -106,7 +114,7 @@ func (c *Cluster) stopProcesses(ctx context.Context, comps []componentState) err
 }
 
 // waitDead waits until a component's process is gone (and reaped, if this
-// process started it).
+// process started it), and the program it ran in a real node too.
 func (c *Cluster) waitDead(ctx context.Context, cs componentState) error {
 	c.mu.Lock()
 	child := c.children[cs.Name]
@@ -114,12 +122,35 @@ func (c *Cluster) waitDead(ctx context.Context, cs componentState) error {
 	if child != nil && child.pid == cs.PID {
 		select {
 		case <-child.done:
-			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	} else if err := waitState(ctx, cs.PID, cs.StartTime, nil, procDead); err != nil {
+		return err
 	}
-	return waitState(ctx, cs.PID, cs.StartTime, nil, procDead)
+	if cs.ChildPID != 0 {
+		return waitState(ctx, cs.ChildPID, cs.ChildStartTime, nil, procDead)
+	}
+	return nil
+}
+
+// signalComponent signals a component's process group and, for a process
+// of a real node, the program nsenter runs there (in nsenter's group unless
+// nsenter is gone). errNotRunning means neither runs.
+func signalComponent(cs componentState, sig syscall.Signal) error {
+	err := signal(cs.PID, cs.StartTime, sig)
+	if cs.ChildPID == 0 {
+		return err
+	}
+	cerr := signal(cs.ChildPID, cs.ChildStartTime, sig)
+	switch {
+	case err == nil || cerr == nil:
+		return nil // at least one got it
+	case errors.Is(err, errNotRunning):
+		return cerr // errNotRunning if both are gone
+	default:
+		return err
+	}
 }
 
 // apiServer is the API server's current process entry.
@@ -205,7 +236,11 @@ func (c *Cluster) ResumeAPIServer(ctx context.Context) error {
 }
 
 // restartWatchers restarts the components that watch the API server
-// (controller-manager, scheduler, kwok) after it came back from the dead.
+// (controller-manager, scheduler, kwok, the real nodes' kube-proxies) after
+// it came back from the dead. Kubelets are not restarted: a restarted
+// kubelet reports every pod with a readiness probe NotReady until the probe
+// passes again, so Services would lose their endpoints for a moment; and a
+// real provider's kubelets do not restart with its API server either.
 // Their watches are client-go reflectors: after an outage of a few tens of
 // seconds their backoff reaches 30 s, so a pod created right after the
 // restart would wait up to a minute to be scheduled and run. Fresh processes
@@ -214,7 +249,11 @@ func (c *Cluster) restartWatchers(ctx context.Context) error {
 	c.refresh()
 	c.mu.Lock()
 	var comps []componentState
-	for _, name := range []string{ControllerManager, Scheduler, Kwok} {
+	names := []string{ControllerManager, Scheduler, Kwok}
+	for _, n := range c.RealNodeNames() {
+		names = append(names, NodeComponent(KubeProxy, n))
+	}
+	for _, name := range names {
 		if cs := c.st.component(name); cs != nil {
 			comps = append(comps, *cs)
 		}
@@ -266,8 +305,15 @@ func (c *Cluster) awaitAPIServer(ctx context.Context) error {
 	return nil
 }
 
-// respawn starts a component again exactly as recorded.
+// respawn starts a component again exactly as recorded. A process of a real
+// node runs in that node again (which must still run).
 func (c *Cluster) respawn(cs componentState) error {
+	if strings.HasPrefix(cs.Name, NodeInit+"@") || cs.Name == NodeNetwork {
+		return fmt.Errorf("%s cannot be restarted alone: stop and start the cluster", cs.Name)
+	}
+	if strings.Contains(cs.Name, "@") {
+		return c.launchInNode(cs)
+	}
 	c.mu.Lock()
 	detach := c.st.Detach
 	c.mu.Unlock()

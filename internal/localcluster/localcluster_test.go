@@ -660,15 +660,17 @@ func TestCheckBinaries(t *testing.T) {
 	}
 
 	err = CheckRealNodeBinaries(bin)
-	if !errors.Is(err, ErrMissingBinaries) || !strings.Contains(err.Error(), "[kubelet kube-proxy]") {
-		t.Fatalf("CheckRealNodeBinaries(none) = %v, want ErrMissingBinaries listing kubelet and kube-proxy", err)
+	if !errors.Is(err, ErrMissingBinaries) || !strings.Contains(err.Error(), "[kubelet kube-proxy localcluster-proxy]") {
+		t.Fatalf("CheckRealNodeBinaries(none) = %v, want ErrMissingBinaries listing kubelet, kube-proxy and localcluster-proxy", err)
 	}
 	// A dangling symlink counts as missing.
 	if err := os.Symlink("no-such-kube", filepath.Join(bin, "kube-proxy")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("kube", filepath.Join(bin, "kubelet")); err != nil {
-		t.Fatal(err)
+	for _, b := range []string{"kubelet", "localcluster-proxy"} {
+		if err := os.Symlink("kube", filepath.Join(bin, b)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	err = CheckRealNodeBinaries(bin)
 	if !errors.Is(err, ErrMissingBinaries) || !strings.Contains(err.Error(), "[kube-proxy]") {
@@ -702,6 +704,9 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	}
+	if spec := os.Getenv(realNodeHelperEnv); spec != "" {
+		os.Exit(realNodeHelper(spec))
 	}
 	if mode := os.Getenv(helperEnv); mode != "" {
 		p, err := spawn(spawnSpec{name: "sleep", binary: "/bin/sleep", args: []string{"1000"}, logPath: os.Getenv(helperEnv + "_LOG"), detach: mode == "detach"})

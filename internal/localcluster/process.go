@@ -46,6 +46,13 @@ type spawnSpec struct {
 	args    []string
 	logPath string
 	detach  bool
+	// cloneflags are namespaces the process starts in (new ones), e.g.
+	// syscall.CLONE_NEWNET.
+	cloneflags uintptr
+	// extraFiles are passed to the process as descriptors 3, 4, ...
+	extraFiles []*os.File
+	// env replaces variables of this process's environment (KEY=value).
+	env []string
 }
 
 // spawnRequests feeds the spawner goroutine (see spawnAttached).
@@ -94,12 +101,13 @@ func spawn(spec spawnSpec) (*process, error) {
 
 	cmd := exec.Command(spec.binary, spec.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = componentEnv(os.Environ())
+	cmd.Env = append(componentEnv(os.Environ()), spec.env...)
+	cmd.ExtraFiles = spec.extraFiles
 	if spec.detach {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: spec.cloneflags}
 		err = cmd.Start()
 	} else {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Cloneflags: spec.cloneflags}
 		err = spawnAttached(cmd)
 	}
 	if err != nil {

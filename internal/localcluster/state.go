@@ -19,15 +19,22 @@ const stateFileName = "state.json"
 // (pid + start time, so a recycled pid is never signalled) and to restart the
 // API server with exactly the same command line.
 type state struct {
-	Version     int              `json:"version"`
-	Name        string           `json:"name"`
-	BinDir      string           `json:"binDir"`
-	PodCIDR     string           `json:"podCIDR"`
-	ServiceCIDR string           `json:"serviceCIDR"`
-	Nodes       int              `json:"nodes"`
-	Detach      bool             `json:"detach"`
-	Ports       ports            `json:"ports"`
-	Components  []componentState `json:"components"`
+	Version     int    `json:"version"`
+	Name        string `json:"name"`
+	BinDir      string `json:"binDir"`
+	PodCIDR     string `json:"podCIDR"`
+	ServiceCIDR string `json:"serviceCIDR"`
+	Nodes       int    `json:"nodes"`
+	Detach      bool   `json:"detach"`
+	// Real nodes (see realnode.go); CgroupParent holds their cgroups in
+	// every hierarchy.
+	RealNodes       int              `json:"realNodes,omitempty"`
+	NodeNetworkCIDR string           `json:"nodeNetworkCIDR,omitempty"`
+	CgroupParent    string           `json:"cgroupParent,omitempty"`
+	PauseImage      string           `json:"pauseImage,omitempty"`
+	Images          []string         `json:"images,omitempty"`
+	Ports           ports            `json:"ports"`
+	Components      []componentState `json:"components"`
 }
 
 // ports are the loopback ports the cluster's components listen on.
@@ -51,6 +58,11 @@ type componentState struct {
 	// (/proc/<pid>/stat field 22); together with PID it identifies the
 	// process.
 	StartTime uint64 `json:"startTime"`
+	// ChildPID and ChildStartTime identify, for a process of a real node,
+	// the program nsenter runs there (nsenter's child, in the node's PID
+	// namespace), which may outlive nsenter for a moment.
+	ChildPID       int    `json:"childPID,omitempty"`
+	ChildStartTime uint64 `json:"childStartTime,omitempty"`
 }
 
 // component returns the named component's entry, or nil.

@@ -18,6 +18,8 @@ import (
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/annexhq/annex/internal/netnsutil"
 )
 
 // netnsDir is where named network namespaces are bind-mounted (as by
@@ -62,38 +64,6 @@ func isNetns(h netns.NsHandle) bool {
 	return unix.Fstatfs(int(h), &st) == nil && st.Type == unix.NSFS_MAGIC
 }
 
-// inNetns runs f on a fresh goroutine locked to its OS thread, with the
-// thread switched into target. If the thread cannot be switched back it
-// stays locked, so the runtime discards it when the goroutine ends and no
-// other goroutine ever runs in the wrong namespace.
-func inNetns(target netns.NsHandle, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("current network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter network namespace: %w", err)
-			return
-		}
-		ferr := f()
-		if err := netns.Set(orig); err != nil {
-			// Keep the thread locked: it dies with this goroutine.
-			errc <- errors.Join(ferr, fmt.Errorf("return to the original network namespace: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
-
 // Do runs f on an OS thread switched into the named namespace: sockets f
 // creates live there. Goroutines f starts run elsewhere, in the process's
 // own namespace.
@@ -103,7 +73,7 @@ func Do(netnsName string, f func() error) error {
 		return err
 	}
 	defer h.Close()
-	return inNetns(h, f)
+	return netnsutil.In(h, f)
 }
 
 // StartInNetns starts cmd in the named namespace: the thread that forks it
@@ -130,7 +100,7 @@ func Get(ctx context.Context, netnsName, url string, timeout time.Duration) ([]b
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var conn net.Conn
-			err := inNetns(h, func() error {
+			err := netnsutil.In(h, func() error {
 				var d net.Dialer
 				c, err := d.DialContext(ctx, network, addr)
 				conn = c

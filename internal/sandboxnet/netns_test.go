@@ -15,6 +15,8 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/vishvananda/netlink"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/annexhq/annex/internal/netnsutil"
 )
 
 // testNaming gives a test namespaces of its own ("asbt<pid>-..."), so that it
@@ -64,7 +66,7 @@ func routesTo(t *testing.T, h *netlink.Handle, dst netip.Prefix) []netlink.Route
 	}
 	var out []netlink.Route
 	for _, r := range all {
-		if r.Dst != nil && prefixOf(r.Dst) == dst || r.Dst == nil && dst.Bits() == 0 {
+		if r.Dst != nil && netnsutil.PrefixOf(r.Dst) == dst || r.Dst == nil && dst.Bits() == 0 {
 			out = append(out, r)
 		}
 	}
@@ -114,7 +116,7 @@ func TestPodsThroughRouters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(addrs) != 1 || prefixOf(addrs[0].IPNet) != netip.PrefixFrom(UnderlayAddr(i), 24) {
+		if len(addrs) != 1 || netnsutil.PrefixOf(addrs[0].IPNet) != netip.PrefixFrom(UnderlayAddr(i), 24) {
 			t.Errorf("router %d: ul0 addresses %v, want only %s/24", i, addrs, UnderlayAddr(i))
 		}
 	}
@@ -167,7 +169,7 @@ func TestPodsThroughRouters(t *testing.T) {
 
 	// A static route between the routers stands in for the gateways.
 	via := func(h *netlink.Handle, dst netip.Addr, gw netip.Addr) {
-		rt := &netlink.Route{Dst: ipNet(netip.PrefixFrom(dst, 32)), Gw: net.IP(gw.AsSlice())}
+		rt := &netlink.Route{Dst: netnsutil.IPNet(netip.PrefixFrom(dst, 32)), Gw: net.IP(gw.AsSlice())}
 		if err := h.RouteReplace(rt); err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +257,7 @@ func TestPodsThroughRouters(t *testing.T) {
 	if NetnsExists(netnsB) {
 		t.Errorf("%s still exists after remove", netnsB)
 	}
-	if _, err := rb.LinkByName(routerPodIface(pb.UID)); !isNotFound(err) {
+	if _, err := rb.LinkByName(routerPodIface(pb.UID)); !netnsutil.IsNotFound(err) {
 		t.Errorf("router b still has %s (%v)", routerPodIface(pb.UID), err)
 	}
 	if rts := routesTo(t, rb, netip.PrefixFrom(pb.IP, 32)); len(rts) != 0 {
@@ -296,7 +298,7 @@ func TestSetupRepairs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ra.AddrAdd(ul, &netlink.Addr{IPNet: ipNet(netip.MustParsePrefix("192.168.77.99/24"))}); err != nil {
+	if err := ra.AddrAdd(ul, &netlink.Addr{IPNet: netnsutil.IPNet(netip.MustParsePrefix("192.168.77.99/24"))}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ra.LinkSetDown(ul); err != nil {
@@ -328,7 +330,7 @@ func TestSetupRepairs(t *testing.T) {
 		t.Fatal(err)
 	}
 	addrs, _ = ra.AddrList(ul, netlink.FAMILY_V4)
-	if len(addrs) != 1 || prefixOf(addrs[0].IPNet) != netip.MustParsePrefix("192.168.77.6/24") {
+	if len(addrs) != 1 || netnsutil.PrefixOf(addrs[0].IPNet) != netip.MustParsePrefix("192.168.77.6/24") {
 		t.Errorf("after the index changed: addresses %v", addrs)
 	}
 	port, err = ulh.LinkByName(bridgePort(clusters[0]))

@@ -15,6 +15,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/annexhq/annex/internal/netnsutil"
 )
 
 // podMTU is the MTU of both ends of a pod's veth: the gateway's WireGuard
@@ -105,11 +107,11 @@ func (m *podManager) ensure(p podInfo) (changed bool, err error) {
 		return created, fmt.Errorf("netlink in %s: %w", podName, err)
 	}
 	defer pnh.Close()
-	if err := linkUp(pnh, "lo"); err != nil {
+	if err := netnsutil.LinkUp(pnh, "lo"); err != nil {
 		return created, fmt.Errorf("%s: %w", podName, err)
 	}
 	rIfName := routerPodIface(p.UID)
-	rIf, pIf, made, err := ensureVethPair(rh, rIfName, pnh, podIface, ph)
+	rIf, pIf, made, err := netnsutil.EnsureVethPair(rh, rIfName, pnh, podIface, ph)
 	if err != nil {
 		return created, err
 	}
@@ -121,8 +123,8 @@ func (m *podManager) ensure(p podInfo) (changed bool, err error) {
 		return changed, fmt.Errorf("%s: %w", podName, err)
 	}
 	// The router's side: the gateway address, proxy ARP, the route to the pod.
-	if err := inNetns(r, func() error {
-		return writeSysctls(map[string]string{
+	if err := netnsutil.In(r, func() error {
+		return netnsutil.WriteSysctls(map[string]string{
 			"net/ipv4/conf/" + rIfName + "/proxy_arp": "1",
 			"net/ipv4/conf/" + rIfName + "/rp_filter": "0",
 		})
@@ -136,8 +138,8 @@ func (m *podManager) ensure(p podInfo) (changed bool, err error) {
 	if made {
 		// A new veth drops what is sent before the kernel has activated
 		// it (its operational state turns up then); wait for that.
-		waitOperUp(pnh, pIf.Attrs().Name)
-		waitOperUp(rh, rIfName)
+		netnsutil.WaitOperUp(pnh, pIf.Attrs().Name, operUpWait)
+		netnsutil.WaitOperUp(rh, rIfName, operUpWait)
 	}
 
 	started, err := m.ensureServer(p, ph)
@@ -150,7 +152,7 @@ func configurePodSide(h *netlink.Handle, l netlink.Link, ip netip.Addr) error {
 			return fmt.Errorf("set the MTU of %s: %w", podIface, err)
 		}
 	}
-	if err := setOnlyAddr(h, l, netip.PrefixFrom(ip, 32), netlink.SCOPE_UNIVERSE); err != nil {
+	if err := netnsutil.SetOnlyAddr(h, l, netip.PrefixFrom(ip, 32), netlink.SCOPE_UNIVERSE); err != nil {
 		return err
 	}
 	if err := h.LinkSetUp(l); err != nil {
@@ -158,8 +160,8 @@ func configurePodSide(h *netlink.Handle, l netlink.Link, ip netip.Addr) error {
 	}
 	gw := net.IP(PodGateway.AsSlice())
 	routes := []netlink.Route{
-		{LinkIndex: l.Attrs().Index, Dst: ipNet(netip.PrefixFrom(PodGateway, 32)), Scope: netlink.SCOPE_LINK},
-		{LinkIndex: l.Attrs().Index, Dst: ipNet(netip.MustParsePrefix("0.0.0.0/0")), Gw: gw},
+		{LinkIndex: l.Attrs().Index, Dst: netnsutil.IPNet(netip.PrefixFrom(PodGateway, 32)), Scope: netlink.SCOPE_LINK},
+		{LinkIndex: l.Attrs().Index, Dst: netnsutil.IPNet(netip.MustParsePrefix("0.0.0.0/0")), Gw: gw},
 	}
 	for _, rt := range routes {
 		if err := h.RouteReplace(&rt); err != nil {
@@ -175,7 +177,7 @@ func configureRouterSide(h *netlink.Handle, l netlink.Link, ip netip.Addr) error
 			return fmt.Errorf("set the MTU of %s: %w", l.Attrs().Name, err)
 		}
 	}
-	if err := setOnlyAddr(h, l, netip.PrefixFrom(PodGateway, 32), netlink.SCOPE_UNIVERSE); err != nil {
+	if err := netnsutil.SetOnlyAddr(h, l, netip.PrefixFrom(PodGateway, 32), netlink.SCOPE_UNIVERSE); err != nil {
 		return err
 	}
 	if err := h.LinkSetUp(l); err != nil {
@@ -183,7 +185,7 @@ func configureRouterSide(h *netlink.Handle, l netlink.Link, ip netip.Addr) error
 	}
 	// Replace: one route per pod IP, even if another device had it.
 	want := netip.PrefixFrom(ip, 32)
-	rt := netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(want), Scope: netlink.SCOPE_LINK}
+	rt := netlink.Route{LinkIndex: l.Attrs().Index, Dst: netnsutil.IPNet(want), Scope: netlink.SCOPE_LINK}
 	if err := h.RouteReplace(&rt); err != nil {
 		return fmt.Errorf("route %s dev %s: %w", want, l.Attrs().Name, err)
 	}
@@ -193,7 +195,7 @@ func configureRouterSide(h *netlink.Handle, l netlink.Link, ip netip.Addr) error
 		return fmt.Errorf("routes of %s: %w", l.Attrs().Name, err)
 	}
 	for _, r := range routes {
-		if r.Dst != nil && prefixOf(r.Dst) == want {
+		if r.Dst != nil && netnsutil.PrefixOf(r.Dst) == want {
 			continue
 		}
 		if err := h.RouteDel(&r); err != nil {
@@ -218,7 +220,7 @@ func (m *podManager) ensureServer(p podInfo, ph netns.NsHandle) (started bool, e
 	}
 	var ln net.Listener
 	addr := netip.AddrPortFrom(p.IP, EchoPort).String()
-	if err := inNetns(ph, func() error {
+	if err := netnsutil.In(ph, func() error {
 		var err error
 		ln, err = net.Listen("tcp4", addr)
 		return err
@@ -272,7 +274,7 @@ func (m *podManager) removeNetns(name string) error {
 	if r, err := openNetns(m.naming.router(m.cluster)); err == nil {
 		if rh, err := netlink.NewHandleAt(r); err == nil {
 			if l, err := rh.LinkByName("p" + suffix); err == nil {
-				if err := rh.LinkDel(l); err != nil && !isNotFound(err) {
+				if err := rh.LinkDel(l); err != nil && !netnsutil.IsNotFound(err) {
 					errs = append(errs, fmt.Errorf("delete %s: %w", "p"+suffix, err))
 				}
 			}
@@ -328,7 +330,7 @@ func (m *podManager) gc(keep map[string]bool) ([]string, error) {
 						continue
 					}
 					if !keep[m.naming.podPrefix(m.cluster)+name[1:]] {
-						if err := rh.LinkDel(l); err != nil && !isNotFound(err) {
+						if err := rh.LinkDel(l); err != nil && !netnsutil.IsNotFound(err) {
 							errs = append(errs, fmt.Errorf("delete %s: %w", name, err))
 						}
 					}
@@ -350,17 +352,5 @@ func (m *podManager) close() {
 	m.mu.Unlock()
 	for _, e := range servers {
 		e.stop()
-	}
-}
-
-// waitOperUp waits up to operUpWait for device name to be operationally up.
-func waitOperUp(h *netlink.Handle, name string) {
-	deadline := time.Now().Add(operUpWait)
-	for {
-		l, err := h.LinkByName(name)
-		if err != nil || l.Attrs().OperState == netlink.OperUp || time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

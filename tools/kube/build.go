@@ -70,16 +70,45 @@ func buildArgs(out, buildDate string) []string {
 }
 
 // recipe describes what bin/kube is built from: the build arguments, the
-// commands it holds and the module's dependencies (go.sum).
+// commands it holds, the module's dependencies (go.sum) and its own code
+// (cmd/kube and internal/: localcluster-proxy lives there).
 func recipe() (string, error) {
 	sum, err := os.ReadFile("go.sum")
 	if err != nil {
 		return "", fmt.Errorf("read tools/kube's go.sum (run this from tools/kube, as `make tools` does): %w", err)
 	}
 	h := sha256.Sum256(sum)
-	return fmt.Sprintf("go %s\ncommands %s\ngo.sum %s\n",
+	src, err := sourcesHash("cmd", "internal")
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("go %s\ncommands %s\ngo.sum %s\nsources %s\n",
 		strings.Join(buildArgs("<out>", "<release time of k8s.io/kubernetes@"+kubeVersion+">"), " "),
-		strings.Join(multicall.Commands, " "), hex.EncodeToString(h[:])), nil
+		strings.Join(multicall.Commands, " "), hex.EncodeToString(h[:]), src), nil
+}
+
+// sourcesHash hashes the names and contents of the Go files (tests
+// excepted) below dirs, in a stable order.
+func sourcesHash(dirs ...string) (string, error) {
+	h := sha256.New()
+	for _, d := range dirs {
+		err := filepath.WalkDir(d, func(path string, e os.DirEntry, err error) error {
+			if err != nil || e.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, "%s %d\n", filepath.ToSlash(path), len(data))
+			h.Write(data)
+			return nil
+		})
+		if err != nil {
+			return "", fmt.Errorf("hash tools/kube's sources: %w", err)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // buildMultiCall builds cmd/kube to a temporary name, checks that every
@@ -122,6 +151,9 @@ func checkVersions(kube string) error {
 			want = "etcd Version: " + etcdVersion
 		case "kubectl":
 			args, want = []string{name, "version", "--client"}, "Client Version: "+kubeVersion
+		case "localcluster-proxy":
+			// Not a Kubernetes command: it has no version to report.
+			args, want = []string{name, "help"}, "Usage: localcluster-proxy"
 		}
 		out, err := exec.Command(kube, args...).CombinedOutput()
 		if err != nil || !bytes.Contains(out, []byte(want)) {

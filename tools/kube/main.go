@@ -3,8 +3,9 @@
 // what is missing, and prints that directory on stdout.
 //
 // <dir>/bin holds one multi-call binary, kube (cmd/kube: etcd,
-// kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet
-// and kube-proxy), a symlink to it named after each of those commands, and
+// kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet,
+// kube-proxy and localcluster-proxy), a symlink to it named after each of
+// those commands, and
 // kwok (built with `go install`: it keeps its own dependencies).
 // <dir>/kwok-stages holds the kwok stage configurations.
 //

@@ -1,6 +1,8 @@
 // Command kube is one binary holding etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler, kubectl, kubelet and kube-proxy,
-// each run the way its upstream main runs it. It runs the command named by
+// each run the way its upstream main runs it, and localcluster-proxy
+// (internal/localclusterproxy: the helper processes of
+// internal/localcluster's real nodes). It runs the command named by
 // the symlink it is invoked through (bin/kube-apiserver → kube) or by its
 // first argument (`kube kubectl version`). Linking them together compiles
 // their shared dependencies once and links once instead of seven times.
@@ -28,6 +30,7 @@ import (
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 
+	"github.com/annexhq/annex/tools/kube/internal/localclusterproxy"
 	"github.com/annexhq/annex/tools/kube/internal/multicall"
 )
 
@@ -43,6 +46,7 @@ var commands = map[string]func() int{
 	"kube-scheduler":          func() int { return cli.Run(scheduler.NewSchedulerCommand()) },
 	"kubelet":                 func() int { return cli.Run(kubelet.NewKubeletCommand(context.Background())) },
 	"kube-proxy":              func() int { return cli.Run(proxy.NewProxyCommand()) },
+	"localcluster-proxy":      func() int { return localclusterproxy.Main(os.Args) },
 	"kubectl": func() int {
 		_, _ = logs.GlogSetter(kubectl.GetLogVerbosity(os.Args)) // as kubectl's main: a bad -v is reported by the flag parser
 		if err := cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()); err != nil {

@@ -22,6 +22,8 @@ var Commands = []string{
 	"kubectl",
 	"kubelet",
 	"kube-proxy",
+	// internal/localcluster's helper processes for real nodes.
+	"localcluster-proxy",
 }
 
 // Resolve returns the command to run for the command line args (os.Args)
