@@ -26,6 +26,7 @@ type state struct {
 	ServiceCIDR string           `json:"serviceCIDR"`
 	Nodes       int              `json:"nodes"`
 	Detach      bool             `json:"detach"`
+	AuditWrites bool             `json:"auditWrites,omitempty"`
 	Ports       ports            `json:"ports"`
 	Components  []componentState `json:"components"`
 }
