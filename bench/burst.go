@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -49,6 +51,10 @@ type BurstTrial struct {
 	// AgentCPUSeconds is the CPU time (utime+stime) each agent used over
 	// the same interval, by cluster.
 	AgentCPUSeconds map[string]float64 `json:"agentCPUSeconds,omitempty"`
+	// QueueAdds is the increase of client-go's workqueue_adds_total on
+	// each agent's metrics endpoint over the same interval, by
+	// "<cluster>/<queue name>" (queues with none left out).
+	QueueAdds map[string]float64 `json:"queueAdds,omitempty"`
 	// Profiled trials ran with the agents' CPU profilers on.
 	Profiled bool   `json:"profiled,omitempty"`
 	Error    string `json:"error,omitempty"`
@@ -140,6 +146,14 @@ func logBurst(e *env, t BurstTrial, cfg Config, err error) {
 			}
 		}
 		e.log.printf("%s: Annex writes per pod %.2f (%s); agent CPU:%s", label, annexWritesPerPod(t.Writes, t.N), writesLine(t.Writes, t.N), cpu)
+		var adds []string
+		for k, v := range t.QueueAdds {
+			if v >= float64(t.N)/10 {
+				adds = append(adds, fmt.Sprintf("%s %.2f", k, v/float64(t.N)))
+			}
+		}
+		sort.Strings(adds)
+		e.log.printf("%s: work queue adds per pod: %s", label, strings.Join(adds, ", "))
 	}
 }
 
@@ -182,6 +196,7 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 		}
 	}
 	agentCPU0 := e.agentCPU()
+	adds0 := e.queueAdds(ctx)
 	cpu0, cpuErr := readMachineCPU()
 	start := time.Now()
 	if _, err := k.cs.AppsV1().Deployments(ns).Create(ctx, deployment(ns, name, t.N), metav1.CreateOptions{}); err != nil {
@@ -216,6 +231,14 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 		}
 		t.Writes = append(t.Writes, w...)
 	}
+	if adds1 := e.queueAdds(ctx); len(adds1) > 0 {
+		t.QueueAdds = map[string]float64{}
+		for k, v := range adds1 {
+			if d := v - adds0[k]; d > 0 {
+				t.QueueAdds[k] = d
+			}
+		}
+	}
 	if agentCPU1 := e.agentCPU(); len(agentCPU0) > 0 {
 		t.AgentCPUSeconds = map[string]float64{}
 		for name, v := range agentCPU1 {
@@ -230,6 +253,22 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 // writesSettle is how long after the last pod is Ready a burst trial's
 // writes and agent CPU are still counted.
 const writesSettle = 3 * time.Second
+
+// queueAdds reads workqueue_adds_total of each agent, by "<cluster>/<queue
+// name>"; agents that cannot be scraped are left out.
+func (e *env) queueAdds(ctx context.Context) map[string]float64 {
+	out := map[string]float64{}
+	for name, a := range e.agents {
+		samples, err := scrape(ctx, a.MetricsAddr, "workqueue_adds_total")
+		if err != nil {
+			continue
+		}
+		for _, s := range samples {
+			out[name+"/"+s.Labels["name"]] += s.Value
+		}
+	}
+	return out
+}
 
 // agentCPU reads each agent's CPU-seconds, by cluster; agents that cannot be
 // read are left out.

@@ -58,7 +58,7 @@ type auditEvent struct {
 // auditCursor is a position in an API server's audit log.
 type auditCursor struct {
 	cluster, path string
-	offset       int64
+	offset        int64
 }
 
 // auditMark returns the current end of k's audit log; ok is false when k
