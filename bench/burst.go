@@ -48,6 +48,9 @@ type BurstTrial struct {
 	// Ready, to objects in the trial's namespaces (on the provider, the
 	// offloaded namespace's remote namespace), from their audit logs.
 	Writes []WriteCount `json:"writes,omitempty"`
+	// Stages are the delays between the stages of the trial's pods (see
+	// offloadedStages and directStages), from the same audit logs.
+	Stages []StageDelay `json:"stages,omitempty"`
 	// AgentCPUSeconds is the CPU time (utime+stime) each agent used over
 	// the same interval, by cluster.
 	AgentCPUSeconds map[string]float64 `json:"agentCPUSeconds,omitempty"`
@@ -155,6 +158,9 @@ func logBurst(e *env, t BurstTrial, cfg Config, err error) {
 		sort.Strings(adds)
 		e.log.printf("%s: work queue adds per pod: %s", label, strings.Join(adds, ", "))
 	}
+	if len(t.Stages) > 0 {
+		e.log.printf("%s: stages: %s", label, stagesLine(t.Stages))
+	}
 }
 
 // profileEstimate is how long to profile an offloaded burst of n pods: as
@@ -230,6 +236,15 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 			return fmt.Errorf("audit log of %s: %w", cur.cluster, err)
 		}
 		t.Writes = append(t.Writes, w...)
+	}
+	rules := directStages
+	if t.Mode == modeOffloaded {
+		rules = offloadedStages
+	}
+	if len(cursors) > 0 {
+		if t.Stages, err = stageDelays(cursors, start, rules, namespaces); err != nil {
+			return fmt.Errorf("audit logs: %w", err)
+		}
 	}
 	if adds1 := e.queueAdds(ctx); len(adds1) > 0 {
 		t.QueueAdds = map[string]float64{}

@@ -162,6 +162,41 @@ func renderBursts(b *strings.Builder, r *Results) {
 	}
 	p("\n")
 	renderBurstWrites(b, r)
+	renderBurstStages(b, r)
+}
+
+// renderBurstStages renders, for the last trial of each N and mode, the
+// delays between the stages of its pods.
+func renderBurstStages(b *strings.Builder, r *Results) {
+	last := map[[2]any]BurstTrial{}
+	var order [][2]any
+	for _, t := range r.Bursts {
+		if t.Error != "" || len(t.Stages) == 0 {
+			continue
+		}
+		k := [2]any{t.N, t.Mode}
+		if _, ok := last[k]; !ok {
+			order = append(order, k)
+		}
+		last[k] = t
+	}
+	if len(order) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("### Where a pod's time goes\n\n")
+	p("For the last trial of each N and mode: the delay between consecutive stages of each pod, from the stage timestamps of the API servers' audit logs "+
+		"(start = the Deployment's creation; bound = the scheduler's binding; offloaded: shadowpod = the ShadowPod created on the provider, remote pod = "+
+		"its pod created, remote bound, remote running = kwok's status write, mirrored = the last ShadowPod status write, ready = the last status write "+
+		"of the consumer's pod; direct: running = kwok's status write). p50 and p99 over the pods; *first* is the pod that reached the last stage first.\n\n")
+	p("| N | mode | stage | p50 s | p99 s | first pod s |\n| ---: | --- | --- | ---: | ---: | ---: |\n")
+	for _, k := range order {
+		t := last[k]
+		for _, d := range t.Stages {
+			p("| %d | %s | %s → %s | %.2f | %.2f | %.2f |\n", t.N, t.Mode, d.From, d.To, d.P50, d.P99, d.First)
+		}
+	}
+	p("\n")
 }
 
 // renderBurstWrites renders the writes per pod of the offloaded bursts:
