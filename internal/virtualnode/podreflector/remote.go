@@ -204,22 +204,6 @@ func (r *Reflector) lookup(namespace, name string) (sp *offloadingv1alpha1.Shado
 	return sp, true
 }
 
-// syncedWatches returns the synced informers of the current session.
-func (r *Reflector) syncedWatches() []*nsWatch {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.sess == nil {
-		return nil
-	}
-	var out []*nsWatch
-	for _, w := range r.sess.watches {
-		if w.synced.Load() {
-			out = append(out, w)
-		}
-	}
-	return out
-}
-
 // sessionContext returns the context of the current session, nil without
 // one. Remote calls use it so that they end when the provider becomes
 // unreachable.
