@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -41,6 +43,21 @@ type BurstTrial struct {
 	// machine's CPU time that was (1: every CPU busy all along).
 	CPUSeconds float64 `json:"cpuSeconds,omitempty"`
 	CPUBusy    float64 `json:"cpuBusy,omitempty"`
+	// Writes are the write requests both API servers answered from the
+	// Deployment's creation until writesSettle after the last pod was
+	// Ready, to objects in the trial's namespaces (on the provider, the
+	// offloaded namespace's remote namespace), from their audit logs.
+	Writes []WriteCount `json:"writes,omitempty"`
+	// Stages are the delays between the stages of the trial's pods (see
+	// offloadedStages and directStages), from the same audit logs.
+	Stages []StageDelay `json:"stages,omitempty"`
+	// AgentCPUSeconds is the CPU time (utime+stime) each agent used over
+	// the same interval, by cluster.
+	AgentCPUSeconds map[string]float64 `json:"agentCPUSeconds,omitempty"`
+	// QueueAdds is the increase of client-go's workqueue_adds_total on
+	// each agent's metrics endpoint over the same interval, by
+	// "<cluster>/<queue name>" (queues with none left out).
+	QueueAdds map[string]float64 `json:"queueAdds,omitempty"`
 	// Profiled trials ran with the agents' CPU profilers on.
 	Profiled bool   `json:"profiled,omitempty"`
 	Error    string `json:"error,omitempty"`
@@ -124,6 +141,26 @@ func logBurst(e *env, t BurstTrial, cfg Config, err error) {
 		clean = " (agents profiled meanwhile; pods kept for the footprint phase)"
 	}
 	e.log.printf("%s: all Ready in %6.2fs (first %5.2fs, %6.1f pods/s)%s", label, t.AllReadySeconds, t.FirstReadySeconds, t.PodsPerSecond, clean)
+	if t.Mode == modeOffloaded && len(t.Writes) > 0 {
+		cpu := ""
+		for _, name := range []string{consumerName, providerName} {
+			if v, ok := t.AgentCPUSeconds[name]; ok {
+				cpu += fmt.Sprintf(" %s %.2f ms/pod", name, 1000*v/float64(t.N))
+			}
+		}
+		e.log.printf("%s: Annex writes per pod %.2f (%s); agent CPU:%s", label, annexWritesPerPod(t.Writes, t.N), writesLine(t.Writes, t.N), cpu)
+		var adds []string
+		for k, v := range t.QueueAdds {
+			if v >= float64(t.N)/10 {
+				adds = append(adds, fmt.Sprintf("%s %.2f", k, v/float64(t.N)))
+			}
+		}
+		sort.Strings(adds)
+		e.log.printf("%s: work queue adds per pod: %s", label, strings.Join(adds, ", "))
+	}
+	if len(t.Stages) > 0 {
+		e.log.printf("%s: stages: %s", label, stagesLine(t.Stages))
+	}
 }
 
 // profileEstimate is how long to profile an offloaded burst of n pods: as
@@ -158,6 +195,14 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 	if err != nil {
 		return err
 	}
+	var cursors []auditCursor
+	for _, c := range []*kube{e.consumer, e.provider} {
+		if cur, ok := auditMark(c); ok {
+			cursors = append(cursors, cur)
+		}
+	}
+	agentCPU0 := e.agentCPU()
+	adds0 := e.queueAdds(ctx)
 	cpu0, cpuErr := readMachineCPU()
 	start := time.Now()
 	if _, err := k.cs.AppsV1().Deployments(ns).Create(ctx, deployment(ns, name, t.N), metav1.CreateOptions{}); err != nil {
@@ -173,7 +218,83 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 	t.AllReadySeconds = last.Sub(start).Seconds()
 	t.FirstReadySeconds = first.Sub(start).Seconds()
 	t.PodsPerSecond = float64(t.N) / t.AllReadySeconds
+
+	// Writes (and agent CPU) that follow the last Ready belong to the
+	// burst too: the status mirrors that were still under way.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(writesSettle):
+	}
+	namespaces := []string{directNS}
+	if t.Mode == modeOffloaded {
+		namespaces = []string{offloadNS, remoteNS(offloadNS)}
+	}
+	for _, cur := range cursors {
+		w, err := writesSince(cur, namespaces...)
+		if err != nil {
+			return fmt.Errorf("audit log of %s: %w", cur.cluster, err)
+		}
+		t.Writes = append(t.Writes, w...)
+	}
+	rules := directStages
+	if t.Mode == modeOffloaded {
+		rules = offloadedStages
+	}
+	if len(cursors) > 0 {
+		if t.Stages, err = stageDelays(cursors, start, rules, namespaces); err != nil {
+			return fmt.Errorf("audit logs: %w", err)
+		}
+	}
+	if adds1 := e.queueAdds(ctx); len(adds1) > 0 {
+		t.QueueAdds = map[string]float64{}
+		for k, v := range adds1 {
+			if d := v - adds0[k]; d > 0 {
+				t.QueueAdds[k] = d
+			}
+		}
+	}
+	if agentCPU1 := e.agentCPU(); len(agentCPU0) > 0 {
+		t.AgentCPUSeconds = map[string]float64{}
+		for name, v := range agentCPU1 {
+			if v0, ok := agentCPU0[name]; ok {
+				t.AgentCPUSeconds[name] = v - v0
+			}
+		}
+	}
 	return nil
+}
+
+// writesSettle is how long after the last pod is Ready a burst trial's
+// writes and agent CPU are still counted.
+const writesSettle = 3 * time.Second
+
+// queueAdds reads workqueue_adds_total of each agent, by "<cluster>/<queue
+// name>"; agents that cannot be scraped are left out.
+func (e *env) queueAdds(ctx context.Context) map[string]float64 {
+	out := map[string]float64{}
+	for name, a := range e.agents {
+		samples, err := scrape(ctx, a.MetricsAddr, "workqueue_adds_total")
+		if err != nil {
+			continue
+		}
+		for _, s := range samples {
+			out[name+"/"+s.Labels["name"]] += s.Value
+		}
+	}
+	return out
+}
+
+// agentCPU reads each agent's CPU-seconds, by cluster; agents that cannot be
+// read are left out.
+func (e *env) agentCPU() map[string]float64 {
+	out := map[string]float64{}
+	for name, a := range e.agents {
+		if s, err := readProc(a.PID); err == nil {
+			out[name] = s.CPUSeconds
+		}
+	}
+	return out
 }
 
 // burstDown deletes the trial's Deployment and waits until its pods are gone.

@@ -103,6 +103,8 @@ func startEnv(ctx context.Context, l *logger, dir, bin, kubeBin string, cfg Conf
 			c, err := localcluster.Start(ctx, localcluster.Options{
 				Name: name, Dir: filepath.Join(dir, name), BinDir: kubeBin,
 				PodCIDR: spec.PodCIDR, ServiceCIDR: spec.ServiceCIDR, Nodes: nodes[name],
+				// The bursts count writes per pod from the audit log.
+				AuditWrites: true,
 			})
 			if err != nil {
 				errs[i] = err

@@ -161,6 +161,119 @@ func renderBursts(b *strings.Builder, r *Results) {
 			cpu, busy, ratio, cpuRatio)
 	}
 	p("\n")
+	renderBurstWrites(b, r)
+	renderBurstStages(b, r)
+}
+
+// renderBurstStages renders, for the last trial of each N and mode, the
+// delays between the stages of its pods.
+func renderBurstStages(b *strings.Builder, r *Results) {
+	last := map[[2]any]BurstTrial{}
+	var order [][2]any
+	for _, t := range r.Bursts {
+		if t.Error != "" || len(t.Stages) == 0 {
+			continue
+		}
+		k := [2]any{t.N, t.Mode}
+		if _, ok := last[k]; !ok {
+			order = append(order, k)
+		}
+		last[k] = t
+	}
+	if len(order) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("### Where a pod's time goes\n\n")
+	p("For the last trial of each N and mode: the delay between consecutive stages of each pod, from the stage timestamps of the API servers' audit logs " +
+		"(start = the Deployment's creation; bound = the scheduler's binding; offloaded: shadowpod = the ShadowPod created on the provider, remote pod = " +
+		"its pod created, remote bound, remote running = kwok's status write, mirrored = the last ShadowPod status write, ready = the last status write " +
+		"of the consumer's pod; direct: running = kwok's status write). p50 and p99 over the pods; *first* is the pod that reached the last stage first.\n\n")
+	p("| N | mode | stage | p50 s | p99 s | first pod s |\n| ---: | --- | --- | ---: | ---: | ---: |\n")
+	for _, k := range order {
+		t := last[k]
+		for _, d := range t.Stages {
+			p("| %d | %s | %s → %s | %.2f | %.2f | %.2f |\n", t.N, t.Mode, d.From, d.To, d.P50, d.P99, d.First)
+		}
+	}
+	p("\n")
+}
+
+// renderBurstWrites renders the writes per pod of the offloaded bursts:
+// Annex's by cluster, writer, verb and resource, the other writers' total
+// next to the direct bursts', and the agents' CPU per pod.
+func renderBurstWrites(b *strings.Builder, r *Results) {
+	type key struct {
+		n    int
+		mode string
+	}
+	type agg struct {
+		trials int
+		pods   int
+		writes map[WriteCount]int
+		cpu    map[string]float64
+	}
+	var order []key
+	aggs := map[key]*agg{}
+	for _, t := range r.Bursts {
+		if t.Error != "" || len(t.Writes) == 0 {
+			continue
+		}
+		k := key{t.N, t.Mode}
+		a, ok := aggs[k]
+		if !ok {
+			a = &agg{writes: map[WriteCount]int{}, cpu: map[string]float64{}}
+			aggs[k] = a
+			order = append(order, k)
+		}
+		a.trials++
+		a.pods += t.N
+		for _, w := range t.Writes {
+			c := w.Count
+			w.Count = 0
+			a.writes[w] += c
+		}
+		for name, v := range t.AgentCPUSeconds {
+			a.cpu[name] += v
+		}
+	}
+	if len(order) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("### API writes per pod\n\n")
+	p("Every write request (create, update, patch, delete) both API servers answered from the Deployment's creation until %s after its last pod was Ready, "+
+		"to objects in the trial's namespaces (offloaded: `%s` on %s and its remote namespace `%s` on %s; direct: `%s`), from the API servers' audit logs "+
+		"(level Metadata, writes only); per pod, over all trials of that N and mode. A writer is the request's user-agent program and user; "+
+		"Annex's are the agents' ServiceAccount and, on the provider, the consumer's tenant ServiceAccount. Failed requests (HTTP code) are listed apart. "+
+		"Agent CPU is each agent process's utime+stime over the same interval.\n\n",
+		writesSettle, offloadNS, consumerName, remoteNS(offloadNS), providerName, directNS)
+	p("| N | mode | Annex writes / pod | by cluster, verb and resource | other writers / pod | agent CPU ms / pod |\n")
+	p("| ---: | --- | ---: | --- | ---: | --- |\n")
+	for _, k := range order {
+		a := aggs[k]
+		var ws []WriteCount
+		annex, other := 0, 0
+		for w, c := range a.writes {
+			w.Count = c
+			ws = append(ws, w)
+			if w.Annex() {
+				annex += c
+			} else {
+				other += c
+			}
+		}
+		sortWrites(ws)
+		var cpu []string
+		for _, name := range []string{consumerName, providerName} {
+			if v, ok := a.cpu[name]; ok {
+				cpu = append(cpu, fmt.Sprintf("%s %.2f", name, 1000*v/float64(a.pods)))
+			}
+		}
+		p("| %d | %s | %.2f | %s | %.2f | %s |\n", k.n, k.mode, float64(annex)/float64(a.pods), orDash(cell(writesLine(ws, a.pods))),
+			float64(other)/float64(a.pods), orDash(strings.Join(cpu, ", ")))
+	}
+	p("\n")
 }
 
 func renderFailures(b *strings.Builder, r *Results) {

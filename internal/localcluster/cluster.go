@@ -201,6 +201,11 @@ type Options struct {
 	// Detach lets the processes outlive this Go process (the sandbox).
 	// Otherwise each gets SIGKILL when this process dies, even on a panic.
 	Detach bool
+	// AuditWrites makes the API server record every write request
+	// (create, update, patch, delete, deletecollection: who, what, the
+	// response code; no bodies) as JSON lines in AuditLogPath. For
+	// measurements: it costs the API server a line per write.
+	AuditWrites bool
 	// Progress, if set, gets one line per startup step with the time
 	// elapsed since Start was called.
 	Progress io.Writer
@@ -395,6 +400,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 			ServiceCIDR: o.ServiceCIDR,
 			Nodes:       o.Nodes,
 			Detach:      o.Detach,
+			AuditWrites: o.AuditWrites,
 		},
 		children: map[string]*process{},
 	}
@@ -430,6 +436,11 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	}
 	if err := writeKwokDebugging(l, o.Name, time.Now()); err != nil {
 		return nil, err
+	}
+	if o.AuditWrites {
+		if err := writeFileAtomic(l.auditPolicy(), []byte(auditWritesPolicy), 0o644); err != nil {
+			return nil, err
+		}
 	}
 	p.step("certificates ready")
 
@@ -607,6 +618,15 @@ func (c *Cluster) Name() string { return c.st.Name }
 
 // Dir is the cluster's state directory.
 func (c *Cluster) Dir() string { return c.dir }
+
+// AuditLogPath is the API server's audit log of write requests (JSON lines
+// of audit.k8s.io/v1 Events), "" unless started with Options.AuditWrites.
+func (c *Cluster) AuditLogPath() string {
+	if !c.st.AuditWrites {
+		return ""
+	}
+	return layout{dir: c.dir}.auditLog()
+}
 
 // KubeconfigPath is the admin kubeconfig (user in group system:masters),
 // which verifies the API server's certificate with the cluster CA.

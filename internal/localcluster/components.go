@@ -49,6 +49,8 @@ func (l layout) pki() pkiFiles               { return pkiFiles{dir: filepath.Joi
 func (l layout) etcdData() string            { return filepath.Join(l.dir, "etcd") }
 func (l layout) logs() string                { return filepath.Join(l.dir, "logs") }
 func (l layout) log(component string) string { return filepath.Join(l.logs(), component+".log") }
+func (l layout) auditPolicy() string         { return filepath.Join(l.dir, "audit-policy.yaml") }
+func (l layout) auditLog() string            { return filepath.Join(l.logs(), "audit.log") }
 func (l layout) adminKubeconfig() string     { return filepath.Join(l.dir, "kubeconfig") }
 func (l layout) kubeconfigs() string         { return filepath.Join(l.dir, "kubeconfigs") }
 func (l layout) kubeconfig(comp string) string {
@@ -78,7 +80,33 @@ func etcdArgs(l layout, name string, p ports) []string {
 	}
 }
 
+// auditWritesPolicy records every write request at level Metadata (user,
+// user agent, verb, object, response code) once answered, nothing else.
+const auditWritesPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: None
+`
+
 func apiServerArgs(l layout, s *state) []string {
+	args := baseAPIServerArgs(l, s)
+	if s.AuditWrites {
+		args = append(args,
+			"--audit-policy-file="+l.auditPolicy(),
+			"--audit-log-path="+l.auditLog(),
+			"--audit-log-format=json",
+			"--audit-log-mode=blocking",
+			// Never rotated (the default rotates at 100 MB), so that a
+			// reader can go on from an offset.
+			"--audit-log-maxsize=1000000")
+	}
+	return args
+}
+
+func baseAPIServerArgs(l layout, s *state) []string {
 	pki := l.pki()
 	// The advertise address is loopback, which an Endpoints object may
 	// not contain: the `kubernetes` Service has no endpoints. With real

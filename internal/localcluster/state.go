@@ -26,6 +26,7 @@ type state struct {
 	ServiceCIDR string `json:"serviceCIDR"`
 	Nodes       int    `json:"nodes"`
 	Detach      bool   `json:"detach"`
+	AuditWrites bool   `json:"auditWrites,omitempty"`
 	// Real nodes (see realnode.go); CgroupParent holds their cgroups in
 	// every hierarchy.
 	RealNodes       int              `json:"realNodes,omitempty"`

@@ -7,6 +7,16 @@
 //   - annex_offloaded_pod_notready_seconds{provider}: for each offloaded pod,
 //     the time from the verdict "provider unreachable" to the pod's NotReady
 //     status being written (what a Service waits for beyond detection).
+//
+// Besides these, the endpoint serves controller-runtime's and client-go's
+// metrics, among them the work queues' (workqueue_adds_total,
+// workqueue_depth, workqueue_queue_duration_seconds, ... by queue name):
+// each controller's, and each virtual node's pod reflector queues
+// pod-status-<node> and pod-remote-<node>. Only queues built by
+// controller-runtime report there: a plain client-go queue reports to the
+// process's global provider, which k8s.io/component-base's workqueue
+// package claims first (it comes with the kubelet endpoint's
+// k8s.io/apiserver) and which nothing serves.
 package metrics
 
 import (

@@ -26,8 +26,12 @@
 //     only writes status and metadata, so the taints are kept in step by the
 //     virtual node itself (annotation annex.dev/applied-taints records which
 //     taints are its own);
-//   - virtual-kubelet's node.PodController, with the podreflector package as
-//     its provider (ShadowPods, status reflection, provider failure);
+//   - the podreflector package's Reflector, which owns the node's pods alone
+//     (ShadowPods, status reflection, deletions, provider failure).
+//     virtual-kubelet's node.PodController is not used: it watched the same
+//     pods to call the reflector, which queues them from the informer
+//     itself, and compared every pod event deeply (go-cmp) to decide — 19%
+//     of the consumer agent's CPU during a burst;
 //   - one pod informer, field-selected on spec.nodeName. Informers are per
 //     node rather than shared by the agent: a field selector cannot select
 //     "any of these nodes", so a shared informer would have to cache every

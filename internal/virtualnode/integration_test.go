@@ -66,51 +66,8 @@ func TestVirtualNodeIntegration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 
-	consumer, provider := startClusters(ctx, t)
-	scheme, err := agent.Scheme()
-	clustertest.Must(t, err)
-	cc, ccfg := clustertest.Client(t, consumer, scheme)
-	pc, pcfg := clustertest.Client(t, provider, scheme)
-	// The agents' scheme has no apiextensions types: the CRDs go in with
-	// clients of their own.
-	for _, lc := range []*localcluster.Cluster{consumer, provider} {
-		crdClient, _ := clustertest.Client(t, lc, clustertest.Scheme(t))
-		clustertest.InstallCRDs(ctx, t, crdClient)
-	}
-
-	// Provider: the remote namespace, the consumer's quota, and the
-	// ShadowPod controller.
-	runProviderAgent(ctx, t, pc, pcfg, scheme)
-
-	// Consumer: the ForeignCluster, the offloaded namespace, the VirtualNode.
-	peerNS := corev1alpha1.PeerNamespaceName(providerID)
-	createNamespace(ctx, t, cc, localNS)
-	createNamespace(ctx, t, cc, peerNS)
-	clustertest.Must(t, cc.Create(ctx, &corev1alpha1.ForeignCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: providerID},
-		Spec:       corev1alpha1.ForeignClusterSpec{ClusterID: providerID, APIServerURL: provider.APIServerURL()},
-	}))
-	nso := &offloadingv1alpha1.NamespaceOffloading{ObjectMeta: metav1.ObjectMeta{Namespace: localNS, Name: offloadingv1alpha1.NamespaceOffloadingName}}
-	clustertest.Must(t, cc.Create(ctx, nso))
-	nso.Status.RemoteNamespaces = []offloadingv1alpha1.ProviderNamespaceStatus{{ClusterID: providerID, RemoteNamespace: remoteNS, Phase: offloadingv1alpha1.RemoteNamespaceReady}}
-	clustertest.Must(t, cc.Status().Update(ctx, nso))
-	vn := &corev1alpha1.VirtualNode{
-		ObjectMeta: metav1.ObjectMeta{Namespace: peerNS, Name: providerID},
-		Spec: corev1alpha1.VirtualNodeSpec{
-			ClusterID: providerID,
-			Resources: corev1.ResourceList{
-				corev1.ResourceCPU:    resource.MustParse("10"),
-				corev1.ResourceMemory: resource.MustParse("20Gi"),
-				corev1.ResourcePods:   resource.MustParse("110"),
-			},
-			Labels:               map[string]string{"region": "eu"},
-			Taints:               []corev1.Taint{{Key: "example.com/extra", Value: "x", Effect: corev1.TaintEffectNoSchedule}},
-			CredentialsSecretRef: corev1alpha1.SecretReference{Namespace: peerNS, Name: corev1alpha1.CredentialsSecretName},
-		},
-	}
-	clustertest.Must(t, cc.Create(ctx, vn))
-	waitDefaultServiceAccount(ctx, t, cc, localNS)
-	waitDefaultServiceAccount(ctx, t, pc, remoteNS)
+	te := setup(ctx, t)
+	provider, cc, pc, ccfg, pcfg, scheme, vn := te.provider, te.cc, te.pc, te.ccfg, te.pcfg, te.scheme, te.vn
 
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	agentDone, transitions := runAgent(agentCtx, t, ccfg, pcfg, scheme)
@@ -364,6 +321,68 @@ func TestVirtualNodeIntegration(t *testing.T) {
 	<-agentDone
 }
 
+// testEnv is a consumer and a provider set up for offloading namespace
+// localNS through the virtual node of VirtualNode vn, with the provider's
+// ShadowPod controller running; the consumer's agent is not started.
+type testEnv struct {
+	provider   *localcluster.Cluster
+	cc, pc     client.Client
+	ccfg, pcfg *rest.Config
+	scheme     *runtime.Scheme
+	vn         *corev1alpha1.VirtualNode
+}
+
+func setup(ctx context.Context, t *testing.T) *testEnv {
+	t.Helper()
+	consumer, provider := startClusters(ctx, t)
+	scheme, err := agent.Scheme()
+	clustertest.Must(t, err)
+	cc, ccfg := clustertest.Client(t, consumer, scheme)
+	pc, pcfg := clustertest.Client(t, provider, scheme)
+	// The agents' scheme has no apiextensions types: the CRDs go in with
+	// clients of their own.
+	for _, lc := range []*localcluster.Cluster{consumer, provider} {
+		crdClient, _ := clustertest.Client(t, lc, clustertest.Scheme(t))
+		clustertest.InstallCRDs(ctx, t, crdClient)
+	}
+
+	// Provider: the remote namespace, the consumer's quota, and the
+	// ShadowPod controller.
+	runProviderAgent(ctx, t, pc, pcfg, scheme)
+
+	// Consumer: the ForeignCluster, the offloaded namespace, the VirtualNode.
+	peerNS := corev1alpha1.PeerNamespaceName(providerID)
+	createNamespace(ctx, t, cc, localNS)
+	createNamespace(ctx, t, cc, peerNS)
+	clustertest.Must(t, cc.Create(ctx, &corev1alpha1.ForeignCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: providerID},
+		Spec:       corev1alpha1.ForeignClusterSpec{ClusterID: providerID, APIServerURL: provider.APIServerURL()},
+	}))
+	nso := &offloadingv1alpha1.NamespaceOffloading{ObjectMeta: metav1.ObjectMeta{Namespace: localNS, Name: offloadingv1alpha1.NamespaceOffloadingName}}
+	clustertest.Must(t, cc.Create(ctx, nso))
+	nso.Status.RemoteNamespaces = []offloadingv1alpha1.ProviderNamespaceStatus{{ClusterID: providerID, RemoteNamespace: remoteNS, Phase: offloadingv1alpha1.RemoteNamespaceReady}}
+	clustertest.Must(t, cc.Status().Update(ctx, nso))
+	vn := &corev1alpha1.VirtualNode{
+		ObjectMeta: metav1.ObjectMeta{Namespace: peerNS, Name: providerID},
+		Spec: corev1alpha1.VirtualNodeSpec{
+			ClusterID: providerID,
+			Resources: corev1.ResourceList{
+				corev1.ResourceCPU:    resource.MustParse("10"),
+				corev1.ResourceMemory: resource.MustParse("20Gi"),
+				corev1.ResourcePods:   resource.MustParse("110"),
+			},
+			Labels:               map[string]string{"region": "eu"},
+			Taints:               []corev1.Taint{{Key: "example.com/extra", Value: "x", Effect: corev1.TaintEffectNoSchedule}},
+			CredentialsSecretRef: corev1alpha1.SecretReference{Namespace: peerNS, Name: corev1alpha1.CredentialsSecretName},
+		},
+	}
+	clustertest.Must(t, cc.Create(ctx, vn))
+	waitDefaultServiceAccount(ctx, t, cc, localNS)
+	waitDefaultServiceAccount(ctx, t, pc, remoteNS)
+	return &testEnv{provider: provider, cc: cc, pc: pc, ccfg: ccfg, pcfg: pcfg, scheme: scheme, vn: vn}
+
+}
+
 func testVerbosity() int {
 	if v, err := strconv.Atoi(os.Getenv("ANNEX_TEST_V")); err == nil {
 		return v
@@ -507,11 +526,18 @@ func runProviderAgent(ctx context.Context, t *testing.T, c client.Client, cfg *r
 	}()
 }
 
-// createPod creates a pod bound to the virtual node, with what the
-// offloading admission policy adds (toleration, node affinity).
+// createPod creates newPod(name).
 func createPod(ctx context.Context, t *testing.T, c client.Client, name string) *corev1.Pod {
 	t.Helper()
-	pod := &corev1.Pod{
+	pod := newPod(name)
+	clustertest.Must(t, c.Create(ctx, pod))
+	return pod
+}
+
+// newPod is a pod bound to the virtual node, with what the offloading
+// admission policy adds (toleration, node affinity).
+func newPod(name string) *corev1.Pod {
+	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: localNS, Name: name, Labels: map[string]string{"app": "web"},
 			Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{}", "team": "a"}},
 		Spec: corev1.PodSpec{
@@ -525,8 +551,6 @@ func createPod(ctx context.Context, t *testing.T, c client.Client, name string) 
 			}}},
 		},
 	}
-	clustertest.Must(t, c.Create(ctx, pod))
-	return pod
 }
 
 func getPod(ctx context.Context, t *testing.T, c client.Client, name string) *corev1.Pod {

@@ -17,14 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
-	corev1informers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
-	corev1listers "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
@@ -45,8 +40,9 @@ type nodeDeps struct {
 }
 
 // virtualNode is one running virtual node: virtual-kubelet's node
-// controller (Node, status, lease) and pod controller, the pod reflector,
-// and the node's own pod informer (field-selected on spec.nodeName).
+// controller (Node, status, lease), the pod reflector, which owns the
+// node's pods alone, and the node's own pod informer (field-selected on
+// spec.nodeName).
 type virtualNode struct {
 	key       types.NamespacedName
 	clusterID string
@@ -64,7 +60,6 @@ type virtualNode struct {
 	ready      corev1.NodeCondition  // last Ready condition built
 	created    metav1.Time
 	registered bool
-	exited     bool
 	statusCb   func(*corev1.Node)
 	cbCtx      context.Context
 
@@ -131,31 +126,6 @@ func (n *virtualNode) start(parent context.Context) error {
 	if _, err := inf.AddEventHandler(n.reflector.PodEventHandler()); err != nil {
 		return err
 	}
-	limiter := func() workqueue.TypedRateLimiter[any] {
-		// Per item only: the default also has a global 10 qps bucket, which
-		// would throttle a burst of pods.
-		return workqueue.NewTypedItemExponentialFailureRateLimiter[any](50*time.Millisecond, 30*time.Second)
-	}
-	pc, err := vknode.NewPodController(vknode.PodControllerConfig{
-		PodClient:     cs.CoreV1(),
-		PodInformer:   podInformer,
-		EventRecorder: discardRecorder{},
-		Provider:      n.reflector,
-		// Never started: with SkipDownwardAPIResolution virtual-kubelet
-		// never reads them, and the provider gets ConfigMaps and Secrets by
-		// reflection, not resolved into the pod spec.
-		ConfigMapInformer:                    emptyConfigMapInformer{},
-		SecretInformer:                       emptySecretInformer{},
-		ServiceInformer:                      emptyServiceInformer{},
-		SkipDownwardAPIResolution:            true,
-		SyncPodsFromKubernetesRateLimiter:    limiter(),
-		DeletePodsFromKubernetesRateLimiter:  limiter(),
-		SyncPodStatusFromProviderRateLimiter: limiter(),
-	})
-	if err != nil {
-		return fmt.Errorf("create pod controller: %w", err)
-	}
-
 	ctx, cancel := context.WithCancel(parent)
 	ctx = vklog.WithLogger(ctx, vkLogger{l: n.log.WithName("vk")})
 	n.cancel = cancel
@@ -166,18 +136,6 @@ func (n *virtualNode) start(parent context.Context) error {
 	wg.Go(func() {
 		if err := n.reflector.Run(ctx); err != nil && ctx.Err() == nil {
 			n.log.Error(err, "Pod reflector stopped")
-		}
-	})
-	wg.Go(func() {
-		err := pc.Run(ctx, n.deps.opts.Workers)
-		if ctx.Err() == nil {
-			// It only returns early when its informer cannot sync: restart
-			// the whole node.
-			n.log.Error(err, "Pod controller stopped; restarting the virtual node")
-			n.mu.Lock()
-			n.exited = true
-			n.mu.Unlock()
-			n.deps.wake(n.key)
 		}
 	})
 	wg.Go(func() { n.runNodeController(ctx) })
@@ -201,13 +159,6 @@ func (n *virtualNode) stop() {
 	n.cancel()
 	<-n.done
 	n.log.Info("Virtual node stopped")
-}
-
-// failed reports whether a part of the node exited on its own.
-func (n *virtualNode) failed() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.exited
 }
 
 // isRegistered reports whether the node controller registered the Node.
@@ -536,47 +487,3 @@ func signal(ch chan struct{}) {
 	default:
 	}
 }
-
-// discardRecorder drops virtual-kubelet's pod Events: they would say
-// "created in provider" when a pod was only queued, and repeat a postponed
-// deletion at every retry. The reflector records its own.
-type discardRecorder struct{}
-
-var _ record.EventRecorder = discardRecorder{}
-
-func (discardRecorder) Event(runtime.Object, string, string, string)          {}
-func (discardRecorder) Eventf(runtime.Object, string, string, string, ...any) {}
-func (discardRecorder) AnnotatedEventf(runtime.Object, map[string]string, string, string, string, ...any) {
-}
-
-// The ConfigMap, Secret and Service informers virtual-kubelet's pod
-// controller requires. They are empty and never run: nothing cluster-wide is
-// watched for a virtual node.
-type (
-	emptyConfigMapInformer struct{}
-	emptySecretInformer    struct{}
-	emptyServiceInformer   struct{}
-)
-
-func emptyIndexer() cache.Indexer {
-	return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-}
-
-func (emptyConfigMapInformer) Informer() cache.SharedIndexInformer { return nil }
-func (emptyConfigMapInformer) Lister() corev1listers.ConfigMapLister {
-	return corev1listers.NewConfigMapLister(emptyIndexer())
-}
-func (emptySecretInformer) Informer() cache.SharedIndexInformer { return nil }
-func (emptySecretInformer) Lister() corev1listers.SecretLister {
-	return corev1listers.NewSecretLister(emptyIndexer())
-}
-func (emptyServiceInformer) Informer() cache.SharedIndexInformer { return nil }
-func (emptyServiceInformer) Lister() corev1listers.ServiceLister {
-	return corev1listers.NewServiceLister(emptyIndexer())
-}
-
-var (
-	_ corev1informers.ConfigMapInformer = emptyConfigMapInformer{}
-	_ corev1informers.SecretInformer    = emptySecretInformer{}
-	_ corev1informers.ServiceInformer   = emptyServiceInformer{}
-)

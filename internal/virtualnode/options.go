@@ -21,11 +21,10 @@ type Options struct {
 	// NodeIP is the InternalIP of every virtual node and the hostIP of the
 	// pods on it.
 	NodeIP string
-	// Workers is the number of workers per virtual node of virtual-kubelet's
-	// pod controller and of each of the reflector's queues. Each worker
-	// waits on one API round trip at a time (a ShadowPod creation or
-	// deletion on the provider, a pod status write or deletion here), and an
-	// offloaded pod takes about one of the first and two of the second. With
+	// Workers is the number of workers of each of the reflector's queues,
+	// per virtual node. Each worker waits on one API round trip at a time
+	// (a ShadowPod creation or deletion on the provider, a pod status write
+	// or deletion here), and an offloaded pod takes about one of each. With
 	// 4 workers a burst of 1000 pods kept every worker of both queues
 	// waiting (bench: round trips of 150-250 ms with both clusters on 2
 	// busy CPUs); 16 keep up with the 55 pods/s the provider starts of its

@@ -306,7 +306,7 @@ func (r *Reconciler) ensureNode(ctx context.Context, vn *corev1alpha1.VirtualNod
 		}
 	}
 	r.mu.Unlock()
-	if n != nil && (n.failed() || n.clusterID != vn.Spec.ClusterID || n.name != vn.NodeName()) {
+	if n != nil && (n.clusterID != vn.Spec.ClusterID || n.name != vn.NodeName()) {
 		r.takeNode(key)
 		n.stop()
 		if n.name != vn.NodeName() {

@@ -38,7 +38,10 @@
 // that a pod reaches because it is being deleted (a drain, a manual
 // deletion) is not mirrored, so such a pod is re-created once it is gone.
 // Mirroring writes the status only when it differs, so nothing is written at
-// steady state. Label and annotation changes in the ShadowPod's spec are
+// steady state, and not at all while a new pod is only being scheduled and
+// started (Starting): the consumer learns nothing from those states (its
+// pod is Pending either way), and skipping them leaves one status write per
+// pod that starts normally, the one that says it runs. Label and annotation changes in the ShadowPod's spec are
 // added to the pod (keys are never removed: others, such as network
 // plugins, annotate pods too); other spec changes are not propagated, as a
 // pod's spec is immutable.
@@ -684,11 +687,15 @@ func (r *Reconciler) syncMetadata(ctx context.Context, sp *offloadingv1alpha1.Sh
 	return nil
 }
 
-// mirror copies pod's status into sp's status when it differs.
+// mirror copies pod's status into sp's status when it differs, except while
+// the pod is only starting and sp has no status yet (see Starting).
 func (r *Reconciler) mirror(ctx context.Context, sp *offloadingv1alpha1.ShadowPod, pod *corev1.Pod) error {
 	if !pod.DeletionTimestamp.IsZero() && Finished(pod.Status.Phase) {
 		// Stopped by its deletion, not finished on its own: it is created
 		// again once it is gone.
+		return nil
+	}
+	if Starting(&pod.Status) && apiequality.Semantic.DeepEqual(sp.Status, offloadingv1alpha1.ShadowPodStatus{}) {
 		return nil
 	}
 	return r.setStatus(ctx, sp, StatusFromPod(pod))

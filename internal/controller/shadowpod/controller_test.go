@@ -126,6 +126,16 @@ func running(p *corev1.Pod) {
 	}
 }
 
+// scheduled is a pod bound to a node whose container is being created.
+func scheduled(p *corev1.Pod) {
+	p.Status = corev1.PodStatus{
+		Phase:      corev1.PodPending,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "nginx",
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}},
+	}
+}
+
 func withStatus(phase corev1.PodPhase, reason, msg string) func(*offloadingv1alpha1.ShadowPod) {
 	return func(sp *offloadingv1alpha1.ShadowPod) {
 		sp.Status = offloadingv1alpha1.ShadowPodStatus{Phase: phase, Reason: reason, Message: msg}
@@ -183,6 +193,21 @@ func TestReconcile(t *testing.T) {
 			sp:      web,
 			want:    runningStatus,
 			wantPod: podOf(web, running),
+		},
+		{
+			name:    "a starting pod's status is not mirrored into an empty status",
+			objs:    append(append([]client.Object{}, base...), podOf(web, scheduled)),
+			sp:      web,
+			want:    offloadingv1alpha1.ShadowPodStatus{},
+			wantPod: podOf(web, scheduled),
+		},
+		{
+			name: "a starting pod's status replaces an earlier one",
+			objs: append(append([]client.Object{}, base...), podOf(web, scheduled)),
+			sp: shadowPod(t, ns, "web", "cpu=1,memory=1Gi", withStatus(corev1.PodPending, offloadingv1alpha1.ReasonCreationFailed,
+				"cannot create the pod yet, retrying")),
+			want:    StatusFromPod(podOf(web, scheduled)),
+			wantPod: podOf(web, scheduled),
 		},
 		{
 			name: "labels and annotations added, others kept",
@@ -801,6 +826,37 @@ func TestAdmissionsPerConsumer(t *testing.T) {
 	for i, c := range consumers {
 		if n := admitted[i].Load(); n != 3 {
 			t.Errorf("%s: %d admitted of 20 concurrent admissions with room for 3", c, n)
+		}
+	}
+}
+
+func TestStarting(t *testing.T) {
+	waiting := func(reason string) []corev1.ContainerStatus {
+		return []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}}
+	}
+	tests := []struct {
+		name string
+		s    corev1.PodStatus
+		want bool
+	}{
+		{"just created", corev1.PodStatus{}, true},
+		{"pending", corev1.PodStatus{Phase: corev1.PodPending}, true},
+		{"scheduled, creating", corev1.PodStatus{Phase: corev1.PodPending,
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}},
+			ContainerStatuses: waiting("ContainerCreating")}, true},
+		{"initializing", corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: waiting("PodInitializing")}, true},
+		{"unschedulable", corev1.PodStatus{Phase: corev1.PodPending,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable"}}}, false},
+		{"image pull error", corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: waiting("ErrImagePull")}, false},
+		{"init container running", corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{{Name: "init",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}, false},
+		{"evicted", corev1.PodStatus{Phase: corev1.PodPending, Reason: "UnexpectedAdmissionError"}, false},
+		{"running", corev1.PodStatus{Phase: corev1.PodRunning}, false},
+		{"failed", corev1.PodStatus{Phase: corev1.PodFailed}, false},
+	}
+	for _, tt := range tests {
+		if got := Starting(&tt.s); got != tt.want {
+			t.Errorf("%s: Starting = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

@@ -37,6 +37,35 @@ func StatusFromPod(pod *corev1.Pod) offloadingv1alpha1.ShadowPodStatus {
 	return out
 }
 
+// Starting reports whether a pod with status s is only being scheduled and
+// started, with nothing to report yet: Pending, not refused by the
+// scheduler, no reason or message, and every container (init containers
+// included) without a status or waiting with reason ContainerCreating or
+// PodInitializing. A pod that cannot be scheduled, whose image cannot be
+// pulled, or whose init containers run, is not starting in this sense: that
+// is worth telling the consumer.
+func Starting(s *corev1.PodStatus) bool {
+	if (s.Phase != "" && s.Phase != corev1.PodPending) || s.Reason != "" || s.Message != "" {
+		return false
+	}
+	for _, c := range s.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return false
+		}
+	}
+	for _, list := range [][]corev1.ContainerStatus{s.InitContainerStatuses, s.ContainerStatuses} {
+		for _, c := range list {
+			if c.State.Running != nil || c.State.Terminated != nil || c.LastTerminationState.Terminated != nil {
+				return false
+			}
+			if w := c.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // Finished reports whether phase is terminal: a ShadowPod that reached it is
 // never run again.
 func Finished(phase corev1.PodPhase) bool {

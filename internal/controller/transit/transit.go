@@ -1,10 +1,14 @@
 // Package transit owns the transit addresses of a consumer's offloaded pods.
 //
 // Every pod bound to a virtual node gets one address of the consumer's
-// external CIDR, written in its annotation annex.dev/transit-address. When
-// the consumer reflects an EndpointSlice to provider P, the endpoints whose
-// pods run on another provider Q are expressed by their transit address
-// (internal/netview): P routes to the consumer, the consumer forwards to Q.
+// external CIDR, written in its annotation annex.dev/transit-address, as
+// soon as the cluster has more than one peer. When the consumer reflects an
+// EndpointSlice to provider P, the endpoints whose pods run on another
+// provider Q are expressed by their transit address (internal/netview): P
+// routes to the consumer, the consumer forwards to Q. With a single peer no
+// pod runs on "another" provider and none needs one: an address would cost
+// every offloaded pod one more write of it for nothing. When a second peer
+// appears every pod on a virtual node is given one.
 //
 // The annotation is the only record: after a restart the allocator is
 // rebuilt from the annotations in the cache before anything new is handed
@@ -27,6 +31,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -74,11 +80,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if !needsAddress(pod, nodes) {
+	current, has := pod.Annotations[corev1alpha1.AnnotationTransitAddress]
+	if !needsAddress(pod, nodes) || (len(nodes) < 2 && !has) {
 		r.alloc.Release(key)
 		return ctrl.Result{}, nil
 	}
-	current := pod.Annotations[corev1alpha1.AnnotationTransitAddress]
 	addr, ok := r.alloc.Lookup(key)
 	if !ok {
 		if a, err := netip.ParseAddr(current); err == nil && r.alloc.Assign(key, a) == nil {
@@ -108,7 +114,11 @@ func needsAddress(pod *corev1.Pod, virtualNodes map[string]string) bool {
 	if _, ok := virtualNodes[pod.Spec.NodeName]; !ok {
 		return false
 	}
-	return pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+	return !finished(pod)
+}
+
+func finished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
 // restore rebuilds the allocator from the annotations of live pods on
@@ -153,8 +163,24 @@ func (r *Reconciler) restore(ctx context.Context) error {
 }
 
 // SetupWithManager watches pods on virtual nodes and pods that carry a
-// transit address.
+// transit address, and ForeignClusters: a new peer may make every pod on a
+// virtual node need an address.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	c := mgr.GetClient()
+	allOnVirtualNodes := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Cannot list pods")
+			return nil
+		}
+		var out []reconcile.Request
+		for i := range pods.Items {
+			if p := &pods.Items[i]; strings.HasPrefix(p.Spec.NodeName, corev1alpha1.VirtualNodeNamePrefix) {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p)})
+			}
+		}
+		return out
+	})
 	relevant := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		pod, ok := o.(*corev1.Pod)
 		if !ok {
@@ -163,8 +189,25 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		_, has := pod.Annotations[corev1alpha1.AnnotationTransitAddress]
 		return has || strings.HasPrefix(pod.Spec.NodeName, corev1alpha1.VirtualNodeNamePrefix)
 	})
+	// Of a pod's updates only those that change what Reconcile looks at:
+	// status churn (an offloaded pod's status written as it starts) is
+	// not.
+	changed := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Pod)
+		n, ok2 := e.ObjectNew.(*corev1.Pod)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return o.Spec.NodeName != n.Spec.NodeName || finished(o) != finished(n) ||
+			o.Annotations[corev1alpha1.AnnotationTransitAddress] != n.Annotations[corev1alpha1.AnnotationTransitAddress]
+	}}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("transit").
-		For(&corev1.Pod{}, builder.WithPredicates(relevant)).
+		For(&corev1.Pod{}, builder.WithPredicates(relevant, changed)).
+		Watches(&corev1alpha1.ForeignCluster{}, allOnVirtualNodes, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return e.ObjectOld.(*corev1alpha1.ForeignCluster).Spec.ClusterID != e.ObjectNew.(*corev1alpha1.ForeignCluster).Spec.ClusterID
+			},
+		})).
 		Complete(r)
 }

@@ -32,9 +32,10 @@ func TestReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	beta := &corev1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "beta"}, Spec: corev1alpha1.ForeignClusterSpec{ClusterID: "beta"}}
+	gamma := &corev1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "gamma"}, Spec: corev1alpha1.ForeignClusterSpec{ClusterID: "gamma"}}
 	kept := pod("kept", "annex-beta", "10.70.0.9", corev1.PodRunning)
 	kept.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(beta,
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(beta, gamma,
 		kept,
 		pod("duplicate", "annex-beta", "10.70.0.9", corev1.PodRunning), // a younger claim on kept's address
 		pod("outside", "annex-beta", "192.168.0.1", corev1.PodRunning),
@@ -109,5 +110,53 @@ func TestReconcile(t *testing.T) {
 	reconcileAll()
 	if _, held := r.alloc.Owner(netip.MustParseAddr(got["new"])); held {
 		t.Errorf("deleted pod's address %s still held", got["new"])
+	}
+}
+
+// TestSinglePeer: with one peer no pod needs a transit address (no write);
+// one a pod already has is kept; a second peer gives every pod one.
+func TestSinglePeer(t *testing.T) {
+	scheme, err := agent.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	beta := &corev1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "beta"}, Spec: corev1alpha1.ForeignClusterSpec{ClusterID: "beta"}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(beta,
+		pod("new", "annex-beta", "", corev1.PodPending),
+		pod("had", "annex-beta", "10.70.0.9", corev1.PodRunning),
+	).Build()
+	r, err := New(c, netip.MustParsePrefix("10.70.0.0/16"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	annotation := func(name string) string {
+		p := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: name}, p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Annotations[corev1alpha1.AnnotationTransitAddress]
+	}
+	reconcileAll := func() {
+		for _, name := range []string{"new", "had"} {
+			if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: "shop", Name: name}}); err != nil {
+				t.Fatalf("reconcile %s: %v", name, err)
+			}
+		}
+	}
+	reconcileAll()
+	if a := annotation("new"); a != "" {
+		t.Errorf("a pod got transit address %s with a single peer", a)
+	}
+	if a := annotation("had"); a != "10.70.0.9" {
+		t.Errorf("a pod's transit address became %q with a single peer, want it kept", a)
+	}
+	gamma := &corev1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "gamma"}, Spec: corev1alpha1.ForeignClusterSpec{ClusterID: "gamma"}}
+	if err := c.Create(ctx, gamma); err != nil {
+		t.Fatal(err)
+	}
+	reconcileAll()
+	if a, err := netip.ParseAddr(annotation("new")); err != nil || a == netip.MustParseAddr("10.70.0.9") {
+		t.Errorf("with a second peer: transit address %q", annotation("new"))
 	}
 }

@@ -1,16 +1,15 @@
-// Package podreflector owns the pods of one virtual node: it is the
-// virtual-kubelet provider (node.PodLifecycleHandler) that turns each local
-// pod bound to the node into a ShadowPod on the provider, reflects the
-// ShadowPod's status back into the local pod, and handles the provider's
-// failures.
+// Package podreflector owns the pods of one virtual node, alone (what a
+// kubelet does for its pods; virtual-kubelet's pod controller is not used):
+// it turns each local pod bound to the node into a ShadowPod on the
+// provider, reflects the ShadowPod's status back into the local pod,
+// carries out deletions, and handles the provider's failures.
 //
 // # How work flows
 //
-// A Reflector is level-based. Every trigger — virtual-kubelet's
-// CreatePod/UpdatePod/DeletePod, an event of the node's pod informer, an
-// event of a ShadowPod informer on the provider, a reachability transition,
-// a remote namespace becoming Ready — only queues the pod's key
-// ("<namespace>/<name>") on two work queues:
+// A Reflector is level-based. Every trigger — an event of the node's pod
+// informer, an event of a ShadowPod informer on the provider, a
+// reachability transition, a remote namespace becoming Ready — only queues
+// the pod's key ("<namespace>/<name>") on two work queues:
 //
 //   - the remote queue (sync.go) makes the provider match the local pod:
 //     create the ShadowPod, push label and annotation changes, delete it when
@@ -23,15 +22,36 @@
 //     provider's reachability, with optimistic concurrency.
 //
 // The two queues are separate so that status writes, which only talk to the
-// local API server, are never stuck behind a call to a hung provider.
+// local API server, are never stuck behind a call to a hung provider. An
+// event queues a pod only on the queues whose work it can change: a status
+// change of a ShadowPod or of a local pod does not queue remote work, and
+// the echo of the reflector's own status write queues nothing. The queues
+// are named (StatusQueueName, RemoteQueueName), so client-go's work queue
+// metrics show their adds, depth and latency on the agent's metrics
+// endpoint.
 //
-// The Reflector writes pod status itself instead of handing pods to
-// virtual-kubelet's NotifyPods callback: virtual-kubelet writes whatever pod
-// it was handed, labels included, long after it was computed, so a status
-// computed while the provider was reachable could overwrite the NotReady
-// marking written after it became unreachable. The Reflector computes every
-// status from the reachability at write time and writes it with the
-// resourceVersion it was computed from.
+// The Reflector computes every status from the reachability at write time
+// and writes it with the resourceVersion it was computed from, so a status
+// computed while the provider was reachable can never overwrite the
+// NotReady marking written after it became unreachable. When the informer
+// has not caught up with its own last write of a pod yet, it computes from
+// the pod that write returned instead, so that its writes do not conflict
+// with each other.
+//
+// # Writes per pod
+//
+// An offloaded pod costs one write here when all goes well: its status
+// once the provider reports the pod running (phase, IPs, Ready). Nothing is
+// written while its ShadowPod is being created or while the provider says
+// nothing about the pod yet (its ShadowPod controller writes no status
+// while the pod is only being scheduled and started); the Offloaded
+// condition comes with that first status. Only what needs saying earlier
+// (the remote namespace is not ready, dependencies are missing, the
+// provider refused the pod, its status is an error) is written earlier.
+// One consequence: after a restart of the agent, a pod that never got a
+// status is not known to have had a ShadowPod; if that ShadowPod was deleted
+// on the provider meanwhile, its ShadowPod is created again instead of the
+// local pod being deleted.
 //
 // # Distrust of the provider
 //

@@ -3,13 +3,11 @@ package podreflector
 import (
 	"context"
 	"errors"
-	"fmt"
+	"maps"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
-	vknode "github.com/virtual-kubelet/virtual-kubelet/node"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,8 +22,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 )
 
 // FieldManager is the field manager of every write of the virtual node.
@@ -73,14 +70,19 @@ type Config struct {
 	Clock clock.PassiveClock
 }
 
-// Reflector is the provider of one virtual node. It implements
-// node.PodLifecycleHandler and node.PodNotifier.
+// Reflector owns the pods of one virtual node (see the package
+// documentation).
 type Reflector struct {
 	cfg        Config
 	paramCodec runtime.ParameterCodec
 
 	remoteQ workqueue.TypedRateLimitingInterface[string]
 	statusQ workqueue.TypedRateLimitingInterface[string]
+
+	// written holds, by pod key, the pod as the last status write returned
+	// it, until the informer shows that write (see freshest).
+	writtenMu sync.Mutex
+	written   map[string]writtenPod
 
 	mu     sync.Mutex
 	runCtx context.Context // Run's context, nil before Run
@@ -128,11 +130,6 @@ type pendingCreate struct {
 	failed bool
 }
 
-var (
-	_ vknode.PodLifecycleHandler = (*Reflector)(nil)
-	_ vknode.PodNotifier         = (*Reflector)(nil)
-)
-
 // New returns a Reflector. Its reachability is Unknown until
 // SetReachability.
 func New(cfg Config) *Reflector {
@@ -146,16 +143,24 @@ func New(cfg Config) *Reflector {
 		cfg.Clock = clock.RealClock{}
 	}
 	newQueue := func(name string, base, maxDelay time.Duration) workqueue.TypedRateLimitingInterface[string] {
-		return workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](base, maxDelay),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
+		// controller-runtime's queue (the one its controllers use, all
+		// priorities equal here) reports its metrics to controller-runtime's
+		// registry, which the agent serves. client-go's own queue would
+		// report to the metrics provider registered first in the process,
+		// which is k8s.io/component-base's (imported with the kubelet
+		// endpoint's API server library) and served nowhere.
+		return priorityqueue.New(name, func(o *priorityqueue.Opts[string]) {
+			o.RateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[string](base, maxDelay)
+			o.Log = cfg.Log.WithName("queue")
+		})
 	}
 	return &Reflector{
 		cfg:        cfg,
 		paramCodec: runtime.NewParameterCodec(cfg.Scheme),
 		// Status writes only talk to the local API server: retry fast.
-		statusQ:      newQueue("", 10*time.Millisecond, 10*time.Second),
-		remoteQ:      newQueue("", 100*time.Millisecond, 30*time.Second),
+		statusQ:      newQueue(StatusQueueName(cfg.NodeName), 10*time.Millisecond, 10*time.Second),
+		remoteQ:      newQueue(RemoteQueueName(cfg.NodeName), 100*time.Millisecond, 30*time.Second),
+		written:      map[string]writtenPod{},
 		namespaces:   map[string]string{},
 		pending:      map[string]pendingCreate{},
 		seen:         map[string]seenShadow{},
@@ -163,6 +168,16 @@ func New(cfg Config) *Reflector {
 		refusedPatch: map[string]refusedPatch{},
 	}
 }
+
+// StatusQueueName and RemoteQueueName name the work queues of the
+// reflector of node nodeName: each queue's metrics (workqueue_adds_total,
+// workqueue_depth, workqueue_queue_duration_seconds, ...) are reported
+// under its name (labels name and controller) on the agent's metrics
+// endpoint.
+func StatusQueueName(nodeName string) string { return "pod-status-" + nodeName }
+
+// RemoteQueueName: see StatusQueueName.
+func RemoteQueueName(nodeName string) string { return "pod-remote-" + nodeName }
 
 // Run runs the workers until ctx ends, and returns nil then. It waits for the pod informer to
 // sync first: before that, a missing pod could not be told from a deleted
@@ -179,9 +194,15 @@ func (r *Reflector) Run(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 
+	var shutDown sync.Once // the queues' ShutDown may be called once
+	stopQueues := func() {
+		shutDown.Do(func() {
+			r.remoteQ.ShutDown()
+			r.statusQ.ShutDown()
+		})
+	}
 	defer func() {
-		r.remoteQ.ShutDown()
-		r.statusQ.ShutDown()
+		stopQueues()
 		r.mu.Lock()
 		r.stopSessionLocked()
 		r.mu.Unlock()
@@ -208,8 +229,7 @@ func (r *Reflector) Run(ctx context.Context) error {
 		}
 	})
 	<-ctx.Done()
-	r.remoteQ.ShutDown()
-	r.statusQ.ShutDown()
+	stopQueues()
 	wg.Wait()
 	return nil
 }
@@ -477,6 +497,7 @@ func (r *Reflector) setPatchRefused(key string, uid types.UID, data string) {
 // forgetPod drops what the reflector remembers of the pod with key (it is
 // gone).
 func (r *Reflector) forgetPod(key string) {
+	r.forgetWritten(key)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.seen, key)
@@ -491,98 +512,115 @@ func (r *Reflector) event(pod *corev1.Pod, eventType, reason, action, note strin
 	}
 }
 
-// PodEventHandler returns the handler to add to the node's pod informer:
-// every event queues the pod.
+// PodEventHandler returns the handler to add to the node's pod informer.
+// A pod added or deleted is queued on both queues; an update only on the
+// queues whose work it can change (onPodUpdate).
 func (r *Reflector) PodEventHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { r.enqueueObject(obj) },
-		UpdateFunc: func(_, obj any) { r.enqueueObject(obj) },
-		DeleteFunc: func(obj any) { r.enqueueObject(obj) },
+		UpdateFunc: r.onPodUpdate,
+		DeleteFunc: func(obj any) {
+			if o, ok := metaOf(obj); ok {
+				r.forgetWritten(podKey(o.GetNamespace(), o.GetName()))
+			}
+			r.enqueueObject(obj)
+		},
 	}
 }
 
 func (r *Reflector) enqueueObject(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	if o, ok := obj.(metav1.Object); ok {
+	if o, ok := metaOf(obj); ok {
 		r.enqueue(podKey(o.GetNamespace(), o.GetName()))
 	}
 }
 
-// --- node.PodLifecycleHandler ---
-
-// CreatePod queues pod; the remote queue creates its ShadowPod. It never
-// fails: virtual-kubelet marks a pod whose creation failed as Failed when
-// its restartPolicy is Never, and a provider that is unreachable or a remote
-// namespace that is not Ready yet are not reasons for a pod to fail. Until
-// the ShadowPod exists the pod's ConditionOffloaded says why.
-func (r *Reflector) CreatePod(_ context.Context, pod *corev1.Pod) error {
-	r.enqueue(podKey(pod.Namespace, pod.Name))
-	return nil
+func metaOf(obj any) (metav1.Object, bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	o, ok := obj.(metav1.Object)
+	return o, ok
 }
 
-// UpdatePod queues pod; the remote queue pushes label and annotation
-// changes to its ShadowPod.
-func (r *Reflector) UpdatePod(_ context.Context, pod *corev1.Pod) error {
-	r.enqueue(podKey(pod.Namespace, pod.Name))
-	return nil
+// onPodUpdate queues an updated local pod. The echo of the reflector's own
+// status write queues nothing (whatever changed since that write was
+// computed queued the pod itself); any other update queues the status, and
+// the remote queue only when something it acts on changed (metadata,
+// deletion, phase, the Offloaded condition), not for status churn.
+func (r *Reflector) onPodUpdate(oldObj, obj any) {
+	old, ok1 := oldObj.(*corev1.Pod)
+	pod, ok2 := obj.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		r.enqueueObject(obj)
+		return
+	}
+	key := podKey(pod.Namespace, pod.Name)
+	if r.isOwnWrite(key, pod) {
+		return
+	}
+	r.statusQ.Add(key)
+	if old.UID != pod.UID || !maps.Equal(old.Labels, pod.Labels) || !maps.Equal(old.Annotations, pod.Annotations) ||
+		!old.DeletionTimestamp.Equal(pod.DeletionTimestamp) || old.Status.Phase != pod.Status.Phase ||
+		wasOffloaded(old) != wasOffloaded(pod) {
+		r.remoteQ.Add(key)
+	}
 }
 
-// DeletePod queues pod; the remote queue deletes its ShadowPod and, once it
-// is gone, the local pod. While the provider is unreachable (or not probed
-// yet) it fails, so that virtual-kubelet does not delete the local pod
-// after its grace period: the pod stays terminating until the provider is
-// back and its ShadowPod is deleted (see unreachable.go).
-func (r *Reflector) DeletePod(_ context.Context, pod *corev1.Pod) error {
-	r.enqueue(podKey(pod.Namespace, pod.Name))
-	switch st := r.Reachability(); st {
-	case Reachable, PermanentlyUnreachable:
-		return nil
+// writtenPod is a pod as a status write returned it, and the
+// resourceVersion the write was computed from.
+type writtenPod struct {
+	from string
+	pod  *corev1.Pod
+}
+
+// recordWritten records the pod a status write of key returned (computed
+// from resourceVersion from).
+func (r *Reflector) recordWritten(key, from string, pod *corev1.Pod) {
+	pod.ManagedFields = nil
+	r.writtenMu.Lock()
+	defer r.writtenMu.Unlock()
+	r.written[key] = writtenPod{from: from, pod: pod}
+}
+
+func (r *Reflector) forgetWritten(key string) {
+	r.writtenMu.Lock()
+	defer r.writtenMu.Unlock()
+	delete(r.written, key)
+}
+
+// isOwnWrite reports whether pod, from the informer, is what the last
+// status write of key returned; the record is dropped then: the informer
+// caught up.
+func (r *Reflector) isOwnWrite(key string, pod *corev1.Pod) bool {
+	r.writtenMu.Lock()
+	defer r.writtenMu.Unlock()
+	w, ok := r.written[key]
+	if !ok || w.pod.UID != pod.UID || w.pod.ResourceVersion != pod.ResourceVersion {
+		return false
+	}
+	delete(r.written, key)
+	return true
+}
+
+// freshest returns the pod to compute key's status from: pod, from the
+// informer, unless the informer has not caught up with the reflector's last
+// status write of it yet (it still shows the version that write was
+// computed from). A write from that older version would lose a conflict to
+// the reflector's own write, and cost a read and a write more.
+func (r *Reflector) freshest(key string, pod *corev1.Pod) *corev1.Pod {
+	r.writtenMu.Lock()
+	defer r.writtenMu.Unlock()
+	w, ok := r.written[key]
+	switch {
+	case !ok:
+		return pod
+	case w.pod.UID == pod.UID && w.from == pod.ResourceVersion:
+		return w.pod
 	default:
-		return fmt.Errorf("provider %s is %s: deleting pod %s/%s is postponed until it answers again",
-			r.cfg.ProviderID, st, pod.Namespace, pod.Name)
+		delete(r.written, key)
+		return pod
 	}
 }
-
-// GetPod returns the pod as the provider runs it, from the ShadowPod
-// informers; NotFound when there is no ShadowPod or the provider's view is
-// not available.
-func (r *Reflector) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
-	sp, known := r.lookup(namespace, name)
-	if !known || sp == nil {
-		return nil, errdefs.NotFoundf("no ShadowPod for pod %s/%s on provider %s", namespace, name, r.cfg.ProviderID)
-	}
-	return podFromShadow(sp, namespace, r.statusContext()), nil
-}
-
-// GetPodStatus returns the translated status of the pod's ShadowPod.
-func (r *Reflector) GetPodStatus(ctx context.Context, namespace, name string) (*corev1.PodStatus, error) {
-	pod, err := r.GetPod(ctx, namespace, name)
-	if err != nil {
-		return nil, err
-	}
-	return &pod.Status, nil
-}
-
-// GetPods returns the pods of every ShadowPod the reflector sees.
-func (r *Reflector) GetPods(context.Context) ([]*corev1.Pod, error) {
-	var pods []*corev1.Pod
-	sc := r.statusContext()
-	for _, w := range r.syncedWatches() {
-		for _, obj := range w.informer.GetStore().List() {
-			if sp, ok := obj.(*offloadingv1alpha1.ShadowPod); ok {
-				pods = append(pods, podFromShadow(sp, w.local, sc))
-			}
-		}
-	}
-	return pods, nil
-}
-
-// NotifyPods implements node.PodNotifier. The callback is not used: the
-// reflector writes pod status itself (see the package documentation), and
-// implementing PodNotifier keeps virtual-kubelet from polling GetPodStatus.
-func (r *Reflector) NotifyPods(context.Context, func(*corev1.Pod)) {}
 
 // --- helpers ---
 

@@ -216,6 +216,17 @@ func (e *env) eventually(what string, cond func() error) {
 	}
 }
 
+// statusWrites counts the local pod status writes the reflector made.
+func (e *env) statusWrites() int {
+	n := 0
+	for _, a := range e.local.Actions() {
+		if a.GetSubresource() == "status" && (a.GetVerb() == "update" || a.GetVerb() == "patch") {
+			n++
+		}
+	}
+	return n
+}
+
 func (e *env) pod(name string) (*corev1.Pod, error) {
 	return e.local.CoreV1().Pods("demo").Get(e.ctx, name, metav1.GetOptions{})
 }
@@ -314,13 +325,16 @@ func TestCreateAndReflectStatus(t *testing.T) {
 	if OriginUID(sp) != "uid-web" || sp.Labels[corev1alpha1.LabelRemoteClusterID] != "alpha" {
 		t.Errorf("ShadowPod metadata %+v", sp.ObjectMeta)
 	}
-	e.eventually("Offloaded", func() error {
-		p, _ := e.pod("web")
-		if c := getPodCondition(&p.Status, ConditionOffloaded); c == nil || c.Status != corev1.ConditionTrue {
-			return fmt.Errorf("Offloaded %+v", c)
-		}
-		return nil
-	})
+	// While the provider says nothing about the pod, its status is not
+	// written: the first write is the one that says how it runs.
+	e.waitSynced()
+	time.Sleep(200 * time.Millisecond)
+	if p, _ := e.pod("web"); !untouched(p) {
+		t.Errorf("status written before the provider reported any: %+v", p.Status)
+	}
+	if n := e.statusWrites(); n != 0 {
+		t.Errorf("%d status writes before the provider reported a status, want 0", n)
+	}
 
 	e.setShadowStatus("web", runningStatus("10.246.0.9"))
 	e.waitReady("web", corev1.ConditionTrue, false)
@@ -328,6 +342,13 @@ func TestCreateAndReflectStatus(t *testing.T) {
 	if p.Status.Phase != corev1.PodRunning || p.Status.PodIP != "10.246.0.9" || p.Status.HostIP != "127.0.0.1" ||
 		p.Status.ContainerStatuses[0].RestartCount != 1 {
 		t.Errorf("pod status %+v", p.Status)
+	}
+	if c := getPodCondition(&p.Status, ConditionOffloaded); c == nil || c.Status != corev1.ConditionTrue {
+		t.Errorf("Offloaded %+v", c)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := e.statusWrites(); n != 1 {
+		t.Errorf("%d status writes, want 1", n)
 	}
 
 	// Label changes reach the ShadowPod; the reflector never re-creates it.
@@ -401,9 +422,6 @@ func TestDeletion(t *testing.T) {
 	if _, err := e.local.CoreV1().Pods("demo").Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.r.DeletePod(e.ctx, p); err != nil {
-		t.Errorf("DeletePod while reachable: %v", err)
-	}
 	e.eventually("pod deleted", func() error {
 		if _, err := e.pod("web"); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("pod: %v", err)
@@ -418,10 +436,21 @@ func TestDeletion(t *testing.T) {
 	}
 }
 
+// TestRemoteDeletionReflected: a ShadowPod deleted on the provider deletes
+// its local pod, whether the provider reported a status for it (web) or not
+// yet (fresh: no status written, the reflector remembers it created it).
 func TestRemoteDeletionReflected(t *testing.T) {
-	web := localPod("web", "uid-web")
-	e := newEnv(t, []*corev1.Pod{web})
+	e := newEnv(t, []*corev1.Pod{localPod("web", "uid-web"), localPod("fresh", "uid-fresh")})
 	e.r.SetReachability(Reachable)
+	e.eventually("ShadowPods created", func() error {
+		for _, n := range []string{"web", "fresh"} {
+			if _, err := e.shadow(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	e.setShadowStatus("web", runningStatus("10.246.0.9"))
 	e.eventually("Offloaded", func() error {
 		p, _ := e.pod("web")
 		if !wasOffloaded(p) {
@@ -429,18 +458,28 @@ func TestRemoteDeletionReflected(t *testing.T) {
 		}
 		return nil
 	})
-	sp, _ := e.shadow("web")
-	if err := e.remote.Delete(e.ctx, sp); err != nil {
-		t.Fatal(err)
-	}
-	e.eventually("local pod deleted", func() error {
-		if _, err := e.pod("web"); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("pod: %v", err)
+	e.eventually("ShadowPod fresh seen in the informer", func() error {
+		if s, ok := e.r.seenFor("demo/fresh", "uid-fresh"); !ok || !s.observed {
+			return fmt.Errorf("seen %+v, %v", s, ok)
 		}
 		return nil
 	})
-	if n := e.creates.Load(); n != 1 {
-		t.Errorf("the pod was re-created remotely (%d creations)", n)
+	for _, n := range []string{"web", "fresh"} {
+		sp, _ := e.shadow(n)
+		if err := e.remote.Delete(e.ctx, sp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.eventually("local pods deleted", func() error {
+		for _, n := range []string{"web", "fresh"} {
+			if _, err := e.pod(n); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("pod %s: %v", n, err)
+			}
+		}
+		return nil
+	})
+	if n := e.creates.Load(); n != 2 {
+		t.Errorf("a pod was re-created remotely (%d creations, want 2)", n)
 	}
 }
 
@@ -482,9 +521,6 @@ func TestNamespaceNotReady(t *testing.T) {
 		}
 		return nil
 	})
-	if err := e.r.CreatePod(e.ctx, localPod("web", "uid-web")); err != nil {
-		t.Errorf("CreatePod must not fail: %v", err)
-	}
 	e.r.SetNamespaces(map[string]string{"demo": "demo-alpha"})
 	e.eventually("created once the namespace is Ready", func() error { _, err := e.shadow("web"); return err })
 }
@@ -516,16 +552,13 @@ func TestProviderFailure(t *testing.T) {
 		t.Errorf("the last known state must be kept: %+v", p.Status)
 	}
 
-	// A deletion is postponed: DeletePod fails so virtual-kubelet keeps the
-	// pod terminating.
+	// The deletion of a pod with a running container is postponed: it
+	// stays terminating.
 	p2, _ := e.pod("web-2")
 	ts := metav1.Now()
 	p2.DeletionTimestamp, p2.DeletionGracePeriodSeconds = &ts, new(int64(30))
 	if _, err := e.local.CoreV1().Pods("demo").Update(e.ctx, p2, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
-	}
-	if err := e.r.DeletePod(e.ctx, p2); err == nil {
-		t.Error("DeletePod succeeded while the provider is unreachable")
 	}
 	// Writes by others do not flip the marking back: the reflector marks again.
 	p, _ = e.pod("web")
@@ -543,6 +576,9 @@ func TestProviderFailure(t *testing.T) {
 	}
 	if _, err := e.shadow("web-2"); err != nil {
 		t.Errorf("ShadowPod web-2 deleted while unreachable: %v", err)
+	}
+	if _, err := e.pod("web-2"); err != nil {
+		t.Errorf("pod web-2 deleted while unreachable: %v", err)
 	}
 
 	// Recovery: the remote truth comes back, the postponed deletion is done.
@@ -570,9 +606,6 @@ func TestPermanentlyUnreachable(t *testing.T) {
 	if _, err := e.local.CoreV1().Pods("demo").Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.r.DeletePod(e.ctx, p); err != nil {
-		t.Errorf("DeletePod: %v", err)
-	}
 	e.eventually("local pod deleted without remote clean-up", func() error {
 		if _, err := e.pod("web"); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("pod: %v", err)
@@ -593,9 +626,6 @@ func TestUnknownTouchesNothing(t *testing.T) {
 	if !hasLabel(got) || e.calls.Load() != 0 {
 		t.Errorf("the reflector acted before the provider's first verdict: labels %v, %d remote calls", got.Labels, e.calls.Load())
 	}
-	if err := e.r.DeletePod(e.ctx, got); err == nil {
-		t.Error("DeletePod succeeded before the provider's first verdict")
-	}
 	// The first verdict clears the label left by a previous agent.
 	e.r.SetReachability(Reachable)
 	e.eventually("label cleared", func() error {
@@ -607,25 +637,42 @@ func TestUnknownTouchesNothing(t *testing.T) {
 	})
 }
 
-func TestGetPods(t *testing.T) {
-	web := localPod("web", "uid-web")
-	e := newEnv(t, []*corev1.Pod{web}, shadowOf(web, "sp-web"))
-	if _, err := e.r.GetPod(e.ctx, "demo", "web"); err == nil {
-		t.Error("GetPod without a provider view")
+// TestDeletionWhileUnreachable: a terminating pod with a running container
+// waits for the provider; one without is deleted at once, before the first
+// verdict too, and its ShadowPod is collected as an orphan on recovery.
+func TestDeletionWhileUnreachable(t *testing.T) {
+	running, pending := localPod("running", "uid-r"), localPod("pending", "uid-p")
+	running.Status.Phase = corev1.PodRunning
+	running.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	ts := metav1.Now()
+	for _, p := range []*corev1.Pod{running, pending} {
+		p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &ts, new(int64(30))
+		p.Finalizers = []string{"test/keep"} // the fake clientset deletes a pod with a deletionTimestamp at once otherwise
+	}
+	e := newEnv(t, []*corev1.Pod{running, pending}, shadowOf(running, "sp-r"), shadowOf(pending, "sp-p"))
+	e.eventually("pending pod deleted before the first verdict", func() error {
+		if _, err := e.pod("pending"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod: %v", err)
+		}
+		return nil
+	})
+	e.r.SetReachability(Unreachable)
+	time.Sleep(200 * time.Millisecond)
+	if _, err := e.pod("running"); err != nil {
+		t.Fatalf("running pod deleted while the provider is unreachable: %v", err)
+	}
+	if n := e.calls.Load(); n != 0 {
+		t.Errorf("%d remote calls before the provider was reachable", n)
 	}
 	e.r.SetReachability(Reachable)
-	e.waitSynced()
-	pod, err := e.r.GetPod(e.ctx, "demo", "web")
-	if err != nil || pod.UID != "uid-web" || pod.Namespace != "demo" {
-		t.Fatalf("GetPod: %+v, %v", pod, err)
-	}
-	pods, err := e.r.GetPods(e.ctx)
-	if err != nil || len(pods) != 1 {
-		t.Fatalf("GetPods: %d pods, %v", len(pods), err)
-	}
-	if _, err := e.r.GetPodStatus(e.ctx, "demo", "web"); err != nil {
-		t.Fatalf("GetPodStatus: %v", err)
-	}
+	e.eventually("ShadowPods deleted on recovery", func() error {
+		for _, n := range []string{"running", "pending"} {
+			if _, err := e.shadow(n); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("ShadowPod %s: %v", n, err)
+			}
+		}
+		return nil
+	})
 }
 
 func TestCredentialsRotationRestartsSession(t *testing.T) {

@@ -3,6 +3,7 @@ package podreflector
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -121,7 +122,7 @@ func (r *Reflector) syncWatchesLocked() {
 		w := &nsWatch{local: local, remote: remote, informer: r.newShadowPodInformer(s.rest, remote)}
 		_, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { r.onShadowPod(w, obj) },
-			UpdateFunc: func(_, obj any) { r.onShadowPod(w, obj) },
+			UpdateFunc: func(old, obj any) { r.onShadowPodUpdate(w, old, obj) },
 			DeleteFunc: func(obj any) { r.onShadowPod(w, obj) },
 		})
 		if err != nil {
@@ -151,11 +152,27 @@ func (r *Reflector) syncWatchesLocked() {
 }
 
 func (r *Reflector) onShadowPod(w *nsWatch, obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	if o, ok := obj.(metav1.Object); ok {
+	if o, ok := metaOf(obj); ok {
 		r.enqueue(podKey(w.local, o.GetName()))
+	}
+}
+
+// onShadowPodUpdate queues the status of the ShadowPod's pod, and its
+// remote sync only when what that acts on changed (not for a status
+// change, most of a ShadowPod's updates).
+func (r *Reflector) onShadowPodUpdate(w *nsWatch, oldObj, obj any) {
+	old, ok1 := oldObj.(*offloadingv1alpha1.ShadowPod)
+	sp, ok2 := obj.(*offloadingv1alpha1.ShadowPod)
+	if !ok1 || !ok2 {
+		r.onShadowPod(w, obj)
+		return
+	}
+	key := podKey(w.local, sp.Name)
+	r.statusQ.Add(key)
+	if old.UID != sp.UID || old.Generation != sp.Generation || !old.DeletionTimestamp.Equal(sp.DeletionTimestamp) ||
+		!maps.Equal(old.Annotations, sp.Annotations) || !maps.Equal(old.Spec.PodLabels, sp.Spec.PodLabels) ||
+		!maps.Equal(old.Spec.PodAnnotations, sp.Spec.PodAnnotations) {
+		r.remoteQ.Add(key)
 	}
 }
 
@@ -187,22 +204,6 @@ func (r *Reflector) lookup(namespace, name string) (sp *offloadingv1alpha1.Shado
 	return sp, true
 }
 
-// syncedWatches returns the synced informers of the current session.
-func (r *Reflector) syncedWatches() []*nsWatch {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.sess == nil {
-		return nil
-	}
-	var out []*nsWatch
-	for _, w := range r.sess.watches {
-		if w.synced.Load() {
-			out = append(out, w)
-		}
-	}
-	return out
-}
-
 // sessionContext returns the context of the current session, nil without
 // one. Remote calls use it so that they end when the provider becomes
 // unreachable.
@@ -231,13 +232,10 @@ func (r *Reflector) newShadowPodInformer(rc rest.Interface, remoteNamespace stri
 // trimShadowPod is the transform of the ShadowPod informers: the cache
 // keeps a ShadowPod's metadata without managedFields, its podLabels,
 // podAnnotations and status, and of spec.pod only
-// terminationGracePeriodSeconds (syncGone). That is all
-// the reflector reads of a cached ShadowPod (lookup, GetPod and GetPods
-// return the pod without the rest of its spec, which virtual-kubelet only
-// compares to the local pod's to call UpdatePod, a no-op but for queueing
-// it). The pod spec and the managedFields of the status writes were more
-// than half of a cached ShadowPod: with 1000 offloaded pods this keeps
-// megabytes of the consumer agent's heap.
+// terminationGracePeriodSeconds (syncGone). That is all the reflector
+// reads of a cached ShadowPod. The pod spec and the managedFields of the
+// status writes were more than half of a cached ShadowPod: with 1000
+// offloaded pods this keeps megabytes of the consumer agent's heap.
 func trimShadowPod(obj any) (any, error) {
 	sp, ok := obj.(*offloadingv1alpha1.ShadowPod)
 	if !ok {

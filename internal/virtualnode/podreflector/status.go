@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/metrics"
 )
 
@@ -32,14 +33,16 @@ func (r *Reflector) syncStatus(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	pod = r.freshest(key, pod)
 	for attempt := 0; ; attempt++ {
 		desired := r.desiredPod(key, pod)
 		if desired == nil {
 			return nil
 		}
-		_, err := r.cfg.Local.CoreV1().Pods(ns).UpdateStatus(ctx, desired, metav1.UpdateOptions{FieldManager: FieldManager})
+		got, err := r.cfg.Local.CoreV1().Pods(ns).UpdateStatus(ctx, desired, metav1.UpdateOptions{FieldManager: FieldManager})
 		switch {
 		case err == nil:
+			r.recordWritten(key, pod.ResourceVersion, got)
 			r.reportAvailability(pod, desired)
 			return nil
 		case apierrors.IsNotFound(err):
@@ -89,9 +92,13 @@ func (r *Reflector) reportAvailability(before, after *corev1.Pod) {
 // desiredPod returns pod with the status and labels it should have, nil
 // when nothing needs writing.
 func (r *Reflector) desiredPod(key string, pod *corev1.Pod) *corev1.Pod {
+	st := r.Reachability()
+	if st == Reachable && r.nothingYet(key, pod) {
+		return nil
+	}
 	out := pod.DeepCopy()
 	sc := r.statusContext()
-	switch st := r.Reachability(); st {
+	switch st {
 	case Unknown:
 		// Keep what the previous agent left until the first verdict: no
 		// flapping of endpoints when the agent restarts.
@@ -109,6 +116,38 @@ func (r *Reflector) desiredPod(key string, pod *corev1.Pod) *corev1.Pod {
 		return nil
 	}
 	return out
+}
+
+// nothingYet reports, without copying pod, that the provider's side has
+// nothing for a pod the reflector never wrote (untouched) while the
+// provider is reachable: the pod's namespace is offloaded and either its
+// ShadowPod has no status yet, or it has no ShadowPod and none is pending
+// for a reason worth writing (its creation is under way), or the provider's
+// view is not synced yet. Most events of a burst are such: the pod bound,
+// its ShadowPod created. The provider's ShadowPod controller writes no
+// status while the pod is only being scheduled and started, so a pod
+// stays Pending as it is until the write that says how it runs: writing
+// Offloaded=True alone first would cost every offloaded pod one more write,
+// queued before the writes that make pods Ready.
+func (r *Reflector) nothingYet(key string, pod *corev1.Pod) bool {
+	if !untouched(pod) {
+		return false
+	}
+	if _, mapped := r.remoteNamespace(pod.Namespace); !mapped {
+		return false
+	}
+	sp, known := r.lookup(pod.Namespace, pod.Name)
+	switch {
+	case !known:
+		return true
+	case sp != nil && OriginUID(sp) == string(pod.UID):
+		return equality.Semantic.DeepEqual(sp.Status, offloadingv1alpha1.ShadowPodStatus{})
+	case isFinished(pod):
+		return true
+	default:
+		_, pending := r.pendingFor(key, pod.UID)
+		return !pending
+	}
 }
 
 // lostNamespace says whether pod ran on the provider (or was already

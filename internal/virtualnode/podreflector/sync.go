@@ -105,9 +105,10 @@ func (r *Reflector) syncGone(ns, name string) error {
 // syncTerminating carries out the deletion of a local pod: delete its
 // ShadowPod with the pod's grace period, and once the ShadowPod is gone
 // delete the local pod for good (what a kubelet does once the containers
-// stopped). While the provider is unreachable nothing happens: the pod
-// stays terminating and is queued again on recovery. When the provider is
-// permanently unreachable the local pod is deleted at once.
+// stopped). While the provider is unreachable (or not probed yet) a pod
+// with a running container stays terminating and is queued again on
+// recovery, and one without is deleted at once (see unreachable.go). When
+// the provider is permanently unreachable the local pod is deleted at once.
 func (r *Reflector) syncTerminating(ctx context.Context, key string, pod *corev1.Pod) error {
 	r.clearPending(key)
 	switch r.Reachability() {
@@ -116,6 +117,10 @@ func (r *Reflector) syncTerminating(ctx context.Context, key string, pod *corev1
 		return r.deleteLocal(ctx, pod, new(int64))
 	case Reachable:
 	default:
+		if !hasRunningContainer(pod) {
+			r.cfg.Log.V(1).Info("Provider unreachable: deleting a pod with no running container at once", "pod", key)
+			return r.deleteLocal(ctx, pod, new(int64))
+		}
 		return nil // postponed; see unreachable.go
 	}
 	remoteNS, mapped := r.remoteNamespace(pod.Namespace)
@@ -365,4 +370,15 @@ func mapDiff(from, to map[string]string) map[string]any {
 		}
 	}
 	return d
+}
+
+// hasRunningContainer reports whether pod's status shows a container that is
+// neither waiting nor terminated.
+func hasRunningContainer(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.ContainerStatuses {
+		if c.State.Waiting == nil && c.State.Terminated == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -5,7 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 )
@@ -202,28 +201,6 @@ func setPodCondition(s *corev1.PodStatus, prev *corev1.PodStatus, c corev1.PodCo
 		return
 	}
 	s.Conditions = append(s.Conditions, c)
-}
-
-// podFromShadow is the pod virtual-kubelet's GetPod sees for a ShadowPod:
-// its metadata as the provider runs them, in the local namespace, with the
-// local pod's UID, and the spec the informers keep of it (trimShadowPod:
-// not the containers, so its status has no container statuses). Nothing
-// of it is written to the local pod: virtual-kubelet only compares it with
-// the local pod (and then calls UpdatePod, which queues the pod).
-func podFromShadow(sp *offloadingv1alpha1.ShadowPod, localNamespace string, sc StatusContext) *corev1.Pod {
-	pod := &corev1.Pod{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        sp.Name,
-			Namespace:   localNamespace,
-			UID:         types.UID(sp.Annotations[AnnotationOriginUID]),
-			Labels:      copyMap(sp.Spec.PodLabels),
-			Annotations: copyMap(sp.Spec.PodAnnotations),
-		},
-		Spec: *sp.Spec.Pod.DeepCopy(),
-	}
-	pod.Status, _ = TranslateStatus(pod, sp, sc)
-	return pod
 }
 
 func copyMap(m map[string]string) map[string]string {

@@ -20,18 +20,18 @@ package podreflector
 // reachability at write time (desiredPod) and is written with the
 // resourceVersion it was computed from, so a write computed before the
 // transition loses with a conflict to the marking, is recomputed, and marks.
-// virtual-kubelet itself never writes pod status here: CreatePod and
-// UpdatePod never fail (virtual-kubelet would write a ProviderFailed status)
-// and NotifyPods is not used.
+// Nothing else of the agent writes pod status.
 //
 // While unreachable, remote operations are skipped, not queued: syncActive
 // and syncTerminating return without error, so nothing retries against a
-// dead provider. Deletions are recorded by the pods themselves: DeletePod
-// fails, so virtual-kubelet does not delete a terminating pod after its
-// grace period, and the pod stays terminating (its deletionTimestamp is the
-// record, which survives a restart of the agent). A pod that virtual-kubelet
-// deleted at once (it had no running container) leaves an orphan ShadowPod,
-// collected on recovery.
+// dead provider. Deletions are recorded by the pods themselves: a
+// terminating pod with a running container stays terminating (its
+// deletionTimestamp is the record, which survives a restart of the agent)
+// until its ShadowPod is deleted on recovery. A terminating pod with no
+// running container (never started, finished, or waiting) is deleted at
+// once, as virtual-kubelet's pod controller did before the reflector took
+// the pods over alone; its ShadowPod, if any, is collected as an orphan on
+// recovery.
 //
 // When the provider is permanently unreachable (ForeignCluster
 // spec.unreachable, or the ForeignCluster is gone) the marking is the same,
