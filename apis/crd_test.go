@@ -32,7 +32,7 @@ import (
 	offv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 )
 
-const crdDir = "../config/crd"
+const crdDir = "../charts/annex/crds"
 
 // crdVersion is the v1alpha1 version of one CRD, ready to validate objects.
 type crdVersion struct {

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/cel/environment"
 
-	"github.com/annexhq/annex/config"
+	"github.com/annexhq/annex/charts"
 	"github.com/annexhq/annex/internal/cli"
 )
 
@@ -40,7 +40,7 @@ type celValidation struct {
 
 func tenantPolicies(t *testing.T) (map[string]*admissionregistrationv1.ValidatingAdmissionPolicy, map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	t.Helper()
-	objs, err := cli.DecodeManifests(config.FS, "admission/tenant-*.yaml")
+	objs, err := cli.DecodeManifests(charts.FS, "annex/templates/admission/tenant-*.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

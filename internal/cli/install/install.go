@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
-	"github.com/annexhq/annex/config"
+	"github.com/annexhq/annex/charts"
 	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/version"
 )
@@ -124,7 +124,7 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 		return err
 	}
 
-	crds, err := cli.DecodeManifests(config.FS, "crd/*.yaml")
+	crds, err := cli.DecodeManifests(charts.FS, "annex/crds/*.yaml")
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 	}
 	s.Step("namespace %s (Annex %s)", corev1alpha1.AgentNamespace, version.Version)
 
-	rbac, err := cli.DecodeManifests(config.FS, "rbac/*.yaml")
+	rbac, err := cli.DecodeManifests(charts.FS, "annex/templates/rbac/*.yaml")
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 	}
 	s.Step("agent ServiceAccount and RBAC (%d objects)", len(rbac))
 
-	admission, err := cli.DecodeManifests(config.FS, "admission/*.yaml")
+	admission, err := cli.DecodeManifests(charts.FS, "annex/templates/admission/*.yaml")
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
-	"github.com/annexhq/annex/config"
+	"github.com/annexhq/annex/charts"
 	"github.com/annexhq/annex/internal/cli"
 )
 
@@ -46,11 +46,11 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 		}
 		return nil
 	}
-	rbac, err := cli.DecodeManifests(config.FS, "rbac/*.yaml")
+	rbac, err := cli.DecodeManifests(charts.FS, "annex/templates/rbac/*.yaml")
 	if err != nil {
 		return err
 	}
-	admission, err := cli.DecodeManifests(config.FS, "admission/*.yaml")
+	admission, err := cli.DecodeManifests(charts.FS, "annex/templates/admission/*.yaml")
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 	if err := deleteObj(ns); err != nil {
 		return err
 	}
-	crds, err := cli.DecodeManifests(config.FS, "crd/*.yaml")
+	crds, err := cli.DecodeManifests(charts.FS, "annex/crds/*.yaml")
 	if err != nil {
 		return err
 	}
