@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -128,9 +129,23 @@ func normalize(t *testing.T, objs []*unstructured.Unstructured) []map[string]any
 	return out
 }
 
-// chartValues are the values install renders the chart with.
-func chartValues(o Options, clusterID string, priorityClasses []string) chart.Values {
-	return chart.Values{ClusterID: clusterID, PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR, ExternalCIDR: o.ExternalCIDR,
-		Agent: !o.LocalAgent, Image: o.Image, GatewayEndpoint: o.GatewayEndpoint, GatewayNode: o.GatewayNode,
-		AllowedPriorityClasses: append([]string{}, priorityClasses...)}
+// providerPolicy is the provider policy ConfigMap install creates in a
+// cluster whose globalDefault PriorityClasses are priorityClasses.
+func providerPolicy(t *testing.T, priorityClasses ...string) *corev1.ConfigMap {
+	t.Helper()
+	o := DefaultOptions()
+	o.ClusterID = "test"
+	r, err := chart.Render(context.Background(), chartValues(o, o.ClusterID, priorityClasses))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := r.Objects(providerPolicyTemplate)
+	if len(objs) != 1 {
+		t.Fatalf("%s rendered %d objects", providerPolicyTemplate, len(objs))
+	}
+	cm := &corev1.ConfigMap{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, cm); err != nil {
+		t.Fatal(err)
+	}
+	return cm
 }
