@@ -45,7 +45,8 @@ func Helm(t *testing.T) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "go", "install", "helm.sh/helm/v4/cmd/helm@"+HelmVersion) //nolint:gosec // fixed arguments
-		cmd.Dir = os.TempDir() // outside this module: its go.mod has no say
+		// Outside this module: its go.mod has no say.
+		cmd.Dir = os.TempDir()
 		cmd.Env = append(os.Environ(), "GOBIN="+dir)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
