@@ -9,6 +9,8 @@ LDFLAGS := $(if $(VERSION),-X github.com/annexhq/annex/internal/version.Version=
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 # Pinned; built from the module proxy on first use (a few minutes), cached after.
 GOLANGCI_LINT := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+# Pinned like golangci-lint; go caches the built binary, so later runs start at once.
+HELM := $(GO) run helm.sh/helm/v4/cmd/helm@v4.3.2
 E2E_TIMEOUT ?= 25m
 BENCH_SCALE ?= small
 BENCH_ARGS ?=
@@ -27,24 +29,30 @@ image: ## Build the annex-agent, pause and echo images without Docker into bin/i
 	$(GO) run ./hack/image -out bin/images $(if $(VERSION),-version $(VERSION))
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code, CRDs (config/crd) and agent RBAC (config/rbac/role.yaml).
+generate: ## Regenerate deepcopy code, the chart's CRDs (charts/annex/crds) and agent RBAC (charts/annex/templates/rbac/role.yaml).
 	$(CONTROLLER_GEN) object paths=./apis/...
-	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:dir=config/crd
-	$(CONTROLLER_GEN) rbac:roleName=annex-agent paths=./internal/... output:rbac:dir=config/rbac
+	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:dir=charts/annex/crds
+	$(CONTROLLER_GEN) rbac:roleName=annex-agent paths=./internal/... output:rbac:dir=charts/annex/templates/rbac
 
 .PHONY: verify
-verify: generate ## Fail if generated code is stale, code is not gofmt'ed, go vet or golangci-lint complains.
-	@if [ -n "$$(git status --porcelain -- apis config)" ]; then \
-		echo "generated files are out of date; run 'make generate' and commit:"; git status --porcelain -- apis config; exit 1; fi
+verify: generate ## Fail if generated code is stale, code is not gofmt'ed, go vet, golangci-lint or helm lint complains.
+	@if [ -n "$$(git status --porcelain -- apis charts)" ]; then \
+		echo "generated files are out of date; run 'make generate' and commit:"; git status --porcelain -- apis charts; exit 1; fi
 	@if [ -n "$$(gofmt -l $$(git ls-files '*.go'))" ]; then echo "not gofmt'ed:"; gofmt -l $$(git ls-files '*.go'); exit 1; fi
 	$(GO) vet ./...
 	cd tools/kube && $(GO) vet ./...
 	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory chart-lint
 
 .PHONY: lint
 lint: ## Run golangci-lint (errcheck, gosec, govet, ineffassign, staticcheck, unused; .golangci.yml) on both modules.
 	$(GOLANGCI_LINT) run ./...
 	cd tools/kube && $(GOLANGCI_LINT) run ./...
+
+.PHONY: chart-lint
+chart-lint: ## helm lint charts/annex (helm v4.3.2, built with go run on first use), with its defaults and with charts/annex/ci/*.yaml.
+	$(HELM) lint --strict charts/annex
+	@for f in charts/annex/ci/*.yaml; do echo "$(HELM) lint --strict charts/annex -f $$f"; $(HELM) lint --strict charts/annex -f $$f; done
 
 .PHONY: tools
 tools: ## Build the Kubernetes binaries (only those missing) and print their cache directory.

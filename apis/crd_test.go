@@ -1,4 +1,4 @@
-// Package apis_test checks the generated CRDs in config/crd the way the API
+// Package apis_test checks the generated CRDs in charts/annex/crds the way the API
 // server does: structural schema, CEL compilation and cost budget, and the
 // behaviour of the validation rules and defaults written as markers.
 package apis_test
@@ -32,7 +32,7 @@ import (
 	offv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 )
 
-const crdDir = "../config/crd"
+const crdDir = "../charts/annex/crds"
 
 // crdVersion is the v1alpha1 version of one CRD, ready to validate objects.
 type crdVersion struct {

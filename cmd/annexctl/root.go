@@ -51,6 +51,12 @@ tenants to what they may ask for. Running it again changes nothing. It refuses
 to install over a different Annex version or to change an installed cluster's
 ID.
 
+These objects are those of the Helm chart charts/annex, built into annexctl:
+install renders it with its flags as the chart's values (no Helm release is
+made) and applies the result. Installing with Helm instead
+(helm install annex charts/annex --namespace default --set clusterID=...) gives
+the same objects; use one or the other on a cluster (docs/install.md).
+
 ` + install.PolicyHelp,
 		Example: `  annexctl install --kubeconfig alpha.kubeconfig --cluster-id alpha --pod-cidr 10.200.0.0/16`,
 		Args:    cobra.NoArgs,
@@ -75,6 +81,7 @@ ID.
 	f.StringVar(&o.ExternalCIDR, "external-cidr", o.ExternalCIDR, "CIDR from which this cluster gives addresses to remote pods it exposes to its peers")
 	f.BoolVar(&o.LocalAgent, "local-agent", o.LocalAgent, "do not deploy the agent: it runs as a local process (as in the sandbox)")
 	f.StringVar(&o.Image, "image", o.Image, "annex-agent container image (build it from the repository's Dockerfile)")
+	f.StringVar(&o.ImagePullPolicy, "image-pull-policy", o.ImagePullPolicy, "pull policy of the agent's containers: Always, IfNotPresent or Never (IfNotPresent suits images imported into the nodes' container runtime)")
 	f.StringVar(&o.GatewayEndpoint, "gateway-endpoint", "", "run annex-gateway in the agent's pod, on the host network of the gateway node, whose IPv4 address this is: the peers' gateways send their UDP (51820 and up) there (the node needs IPv4 forwarding and routes to it from every node: docs/network.md)")
 	f.StringVar(&o.GatewayNode, "gateway-node", "", "the node the agent and its gateway run on (with --gateway-endpoint; default: any)")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")

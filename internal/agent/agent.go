@@ -36,7 +36,7 @@ import (
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 )
 
-// The agent's RBAC. controller-gen turns these markers into config/rbac/role.yaml.
+// The agent's RBAC. controller-gen turns these markers into charts/annex/templates/rbac/role.yaml.
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch,namespace=annex-system
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete,namespace=annex-system
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch

@@ -4,7 +4,7 @@ package kubeletserver
 // CertificateSigningRequest it approves itself) and the SubjectAccessReviews
 // that authorize its callers. Reading the client CA is granted by binding
 // the built-in Role kube-system/extension-apiserver-authentication-reader
-// (config/rbac/role_binding.yaml).
+// (charts/annex/templates/rbac/role_binding.yaml).
 //
 // +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=create;get;list;watch
 // +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests/approval,verbs=update

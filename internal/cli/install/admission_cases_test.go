@@ -13,7 +13,7 @@ import (
 	"github.com/annexhq/annex/internal/virtualnode/podreflector"
 )
 
-// The cases of the tenant admission policies (config/admission/tenant-*.yaml),
+// The cases of the tenant admission policies (charts/annex/templates/admission/tenant-*.yaml),
 // shared by the CEL test (admission_test.go) and the test against a real API
 // server (admission_integration_test.go).
 

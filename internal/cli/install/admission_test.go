@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/cel/environment"
 
-	"github.com/annexhq/annex/config"
+	"github.com/annexhq/annex/charts"
 	"github.com/annexhq/annex/internal/cli"
 )
 
@@ -40,7 +40,7 @@ type celValidation struct {
 
 func tenantPolicies(t *testing.T) (map[string]*admissionregistrationv1.ValidatingAdmissionPolicy, map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	t.Helper()
-	objs, err := cli.DecodeManifests(config.FS, "admission/tenant-*.yaml")
+	objs, err := cli.DecodeManifests(charts.FS, "annex/templates/admission/tenant-*.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func checkRefusal(t *testing.T, msgs []string, want string) {
 	}
 }
 
-func defaultParams(t *testing.T) map[string]any { return toUnstructured(t, ProviderPolicy()) }
+func defaultParams(t *testing.T) map[string]any { return toUnstructured(t, providerPolicy(t)) }
 
 func TestTenantPodsPolicy(t *testing.T) {
 	policies, _ := tenantPolicies(t)
@@ -218,7 +218,7 @@ func TestTenantPodsParams(t *testing.T) {
 			}
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: remoteNS}, Spec: kwokPodSpec()}
 			pc.mutate(&pod.Spec)
-			cm := ProviderPolicy()
+			cm := providerPolicy(t)
 			for k, v := range tc.data {
 				cm.Data[k] = v
 			}
@@ -336,14 +336,14 @@ func TestProviderPolicyDefaults(t *testing.T) {
 		"allowedRuntimeClasses":  "",
 		"allowedSchedulerNames":  "default-scheduler",
 	}
-	cm := ProviderPolicy()
+	cm := providerPolicy(t)
 	if diff := cmp.Diff(want, cm.Data); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
 	}
 	if cm.Namespace != "annex-system" || cm.Name != "annex-provider-policy" {
 		t.Errorf("ConfigMap %s/%s", cm.Namespace, cm.Name)
 	}
-	if got := ProviderPolicy("a", "b").Data[PolicyKeyPriorityClasses]; got != "a,b" {
+	if got := providerPolicy(t, "a", "b").Data[PolicyKeyPriorityClasses]; got != "a,b" {
 		t.Errorf("priority classes %q, want a,b", got)
 	}
 }

@@ -1,9 +1,13 @@
-// Package install owns `annexctl install`: it server-side applies the CRDs,
-// the annex-system namespace, the agent's RBAC, the admission policies
-// (config/admission), the cluster identity ConfigMap and (unless the agent
-// runs elsewhere) the agent Deployment, and creates the provider policy
-// ConfigMap (ProviderPolicy) unless it exists: the operator owns that one
-// once it is there.
+// Package install owns `annexctl install`: it renders the embedded Helm
+// chart (charts/annex, through internal/chart) with the options as values
+// and server-side applies what it renders — the CRDs (first, waiting until
+// they are established), the annex-system namespace, the agent's RBAC, the
+// admission policies, the cluster identity ConfigMap and (unless the agent
+// runs elsewhere) the agent Deployment — and creates the provider policy
+// ConfigMap (ProviderPolicyName) unless it exists: the operator owns that
+// one once it is there. It makes no Helm release: what the chart would look
+// up in the cluster (the installed cluster ID, the global default
+// PriorityClass, an existing policy), install looks up itself.
 package install
 
 import (
@@ -12,20 +16,19 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
-	"github.com/annexhq/annex/config"
+	"github.com/annexhq/annex/internal/chart"
 	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/version"
 )
@@ -48,6 +51,8 @@ type Options struct {
 	// (the sandbox) or is managed by something else.
 	LocalAgent bool
 	Image      string
+	// ImagePullPolicy of the agent's containers.
+	ImagePullPolicy string
 	// GatewayEndpoint, when set, runs annex-gateway next to the agent (see
 	// Deployment): the IPv4 address of the gateway node at which the peers'
 	// gateways reach it. GatewayNode pins the pod to that node.
@@ -63,7 +68,9 @@ func DefaultOptions() Options {
 		ServiceCIDR:  "10.96.0.0/12",
 		ExternalCIDR: "10.70.0.0/16",
 		Image:        "ghcr.io/annexhq/annex-agent:" + version.Version,
-		Timeout:      2 * time.Minute,
+		// Images are often imported into the nodes' runtime, not pulled.
+		ImagePullPolicy: string(corev1.PullIfNotPresent),
+		Timeout:         2 * time.Minute,
 	}
 }
 
@@ -97,6 +104,11 @@ func (o Options) Validate() error {
 	if !o.LocalAgent && o.Image == "" {
 		return errors.New("--image is required unless --local-agent is set")
 	}
+	switch corev1.PullPolicy(o.ImagePullPolicy) {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return fmt.Errorf("--image-pull-policy %q: one of Always, IfNotPresent, Never", o.ImagePullPolicy)
+	}
 	if o.GatewayEndpoint != "" {
 		if a, err := netip.ParseAddr(o.GatewayEndpoint); err != nil || !a.Is4() {
 			return fmt.Errorf("--gateway-endpoint %q: the IPv4 address of the gateway node that the peers' gateways reach", o.GatewayEndpoint)
@@ -111,7 +123,8 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// Run installs Annex into the cluster.
+// Run installs Annex into the cluster: it renders the embedded chart
+// (charts/annex) with the options as values and applies what it renders.
 func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error {
 	if err := o.Validate(); err != nil {
 		return err
@@ -123,112 +136,148 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 	if err != nil {
 		return err
 	}
-
-	crds, err := cli.DecodeManifests(config.FS, "crd/*.yaml")
+	policyExists, priorityClasses, err := providerPolicyState(ctx, c)
 	if err != nil {
 		return err
 	}
-	for _, crd := range crds {
+	r, err := chart.Render(ctx, chartValues(o, clusterID, priorityClasses))
+	if err != nil {
+		return err
+	}
+	applied := map[string]bool{}
+	apply := func(name string) (int, error) {
+		objs := r.Objects(name)
+		for _, obj := range objs {
+			if err := cli.Apply(ctx, c.Client, obj); err != nil {
+				return 0, err
+			}
+		}
+		for _, t := range r.Templates {
+			if t.Name == name || strings.HasSuffix(name, "/") && strings.HasPrefix(t.Name, name) {
+				applied[t.Name] = true
+			}
+		}
+		return len(objs), nil
+	}
+
+	for _, crd := range r.CRDs {
 		if err := cli.Apply(ctx, c.Client, crd); err != nil {
 			return err
 		}
 	}
-	if err := waitEstablished(ctx, c.Client, crds); err != nil {
+	if err := waitEstablished(ctx, c.Client, r.CRDs); err != nil {
 		return err
 	}
-	s.Step("applied %d CustomResourceDefinitions", len(crds))
+	s.Step("applied %d CustomResourceDefinitions", len(r.CRDs))
 
-	ns := &corev1.Namespace{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
-		ObjectMeta: metav1.ObjectMeta{Name: corev1alpha1.AgentNamespace, Labels: map[string]string{VersionLabel: version.Version}},
-	}
-	if err := applyTyped(ctx, c.Client, ns); err != nil {
+	if _, err := apply("namespace.yaml"); err != nil {
 		return err
 	}
 	s.Step("namespace %s (Annex %s)", corev1alpha1.AgentNamespace, version.Version)
 
-	rbac, err := cli.DecodeManifests(config.FS, "rbac/*.yaml")
+	n, err := apply("rbac/")
 	if err != nil {
 		return err
 	}
-	for _, obj := range rbac {
-		if err := cli.Apply(ctx, c.Client, obj); err != nil {
-			return err
-		}
-	}
-	s.Step("agent ServiceAccount and RBAC (%d objects)", len(rbac))
+	s.Step("agent ServiceAccount and RBAC (%d objects)", n)
 
-	admission, err := cli.DecodeManifests(config.FS, "admission/*.yaml")
-	if err != nil {
+	if n, err = apply("admission/"); err != nil {
 		return err
 	}
-	for _, obj := range admission {
-		if err := cli.Apply(ctx, c.Client, obj); err != nil {
-			return err
-		}
-	}
-	s.Step("admission policies for offloaded namespaces and for the tenants of this provider (%d objects)", len(admission))
+	s.Step("admission policies for offloaded namespaces and for the tenants of this provider (%d objects)", n)
 
-	if err := ensureProviderPolicy(ctx, s, c); err != nil {
+	if err := ensureProviderPolicy(ctx, s, c, policyExists, r.Objects(providerPolicyTemplate)); err != nil {
 		return err
 	}
+	applied[providerPolicyTemplate] = true
 
-	cm := &corev1.ConfigMap{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: corev1alpha1.ClusterIdentityConfigMapName, Namespace: corev1alpha1.AgentNamespace},
-		Data: map[string]string{
-			corev1alpha1.ClusterIdentityKeyClusterID:    clusterID,
-			corev1alpha1.ClusterIdentityKeyPodCIDR:      o.PodCIDR,
-			corev1alpha1.ClusterIdentityKeyServiceCIDR:  o.ServiceCIDR,
-			corev1alpha1.ClusterIdentityKeyExternalCIDR: o.ExternalCIDR,
-		},
-	}
-	if err := applyTyped(ctx, c.Client, cm); err != nil {
+	if _, err := apply("cluster-identity.yaml"); err != nil {
 		return err
 	}
 	s.Step("cluster identity: id %s, pod CIDR %s, service CIDR %s, external CIDR %s", clusterID, o.PodCIDR, o.ServiceCIDR, o.ExternalCIDR)
 
-	if o.LocalAgent {
+	if n, err = apply("deployment.yaml"); err != nil {
+		return err
+	}
+	switch {
+	case o.LocalAgent:
 		s.Step("no agent Deployment (--local-agent): run annex-agent yourself with the annex-agent ServiceAccount's credentials")
-	} else {
-		if err := applyTyped(ctx, c.Client, Deployment(o.Image, Gateway{Endpoint: o.GatewayEndpoint, Node: o.GatewayNode})); err != nil {
-			return err
-		}
+	case n > 0:
 		s.Step("agent Deployment %s/annex-agent with image %s", corev1alpha1.AgentNamespace, o.Image)
 		if o.GatewayEndpoint != "" {
 			s.Step("annex-gateway next to the agent on the host network of %s, reached by peers at %s (UDP from %d)",
 				cmp.Or(o.GatewayNode, "the node it is scheduled on"), o.GatewayEndpoint, gatewayFirstPort)
 		}
 	}
+
+	// Whatever else the chart holds, so that install never lags behind it.
+	for _, t := range r.Templates {
+		if applied[t.Name] {
+			continue
+		}
+		if _, err := apply(t.Name); err != nil {
+			return err
+		}
+		s.Step("%s (%d objects)", t.Name, len(t.Objects))
+	}
 	fmt.Fprintf(s.Out, "Annex %s is installed in %s as cluster %q.\n", version.Version, c.Host, clusterID)
 	return nil
 }
 
-// ensureProviderPolicy creates the provider policy ConfigMap with its
-// defaults, unless it exists: then it is the operator's and stays as it is.
-// A PriorityClass marked globalDefault is allowed from the start: the API
-// server gives it to every pod that names none, so refusing it would refuse
-// every tenant pod.
-func ensureProviderPolicy(ctx context.Context, s cli.IOStreams, c *cli.Cluster) error {
+// chartValues are the chart values of an install with o, as cluster
+// clusterID, whose provider policy (when created) also allows
+// priorityClasses.
+func chartValues(o Options, clusterID string, priorityClasses []string) chart.Values {
+	v := chart.Values{ClusterID: clusterID, PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR, ExternalCIDR: o.ExternalCIDR,
+		Agent: !o.LocalAgent, GatewayEndpoint: o.GatewayEndpoint, GatewayNode: o.GatewayNode,
+		AllowedPriorityClasses: append([]string{}, priorityClasses...)}
+	if !o.LocalAgent {
+		v.Image, v.ImagePullPolicy = o.Image, o.ImagePullPolicy
+	}
+	return v
+}
+
+// providerPolicyTemplate renders the provider policy ConfigMap.
+const providerPolicyTemplate = "provider-policy.yaml"
+
+// providerPolicyState says whether the provider policy ConfigMap exists
+// and, if it does not, which PriorityClasses are globalDefault: a
+// PriorityClass marked globalDefault is allowed from the start, since the
+// API server gives it to every pod that names none, so refusing it would
+// refuse every tenant pod.
+func providerPolicyState(ctx context.Context, c *cli.Cluster) (exists bool, globalDefault []string, err error) {
 	key := client.ObjectKey{Namespace: corev1alpha1.AgentNamespace, Name: ProviderPolicyName}
 	switch err := c.Client.Get(ctx, key, &corev1.ConfigMap{}); {
 	case err == nil:
-		s.Step("kept the provider policy ConfigMap %s (edit it to change what tenants may ask for; see annexctl install --help)", key)
-		return nil
+		return true, nil, nil
 	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("read ConfigMap %s: %w", key, err)
+		return false, nil, fmt.Errorf("read ConfigMap %s: %w", key, err)
 	}
 	pcs, err := c.Clientset.SchedulingV1().PriorityClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return fmt.Errorf("list PriorityClasses (for the global default one): %w", err)
+		return false, nil, fmt.Errorf("list PriorityClasses (for the global default one): %w", err)
 	}
-	var globalDefault []string
 	for _, pc := range pcs.Items {
 		if pc.GlobalDefault {
 			globalDefault = append(globalDefault, pc.Name)
 		}
 	}
-	cm := ProviderPolicy(globalDefault...)
+	return false, globalDefault, nil
+}
+
+// ensureProviderPolicy creates the provider policy ConfigMap as the chart
+// renders it, unless it exists: then it is the operator's and stays as it
+// is.
+func ensureProviderPolicy(ctx context.Context, s cli.IOStreams, c *cli.Cluster, exists bool, rendered []*unstructured.Unstructured) error {
+	key := client.ObjectKey{Namespace: corev1alpha1.AgentNamespace, Name: ProviderPolicyName}
+	if exists {
+		s.Step("kept the provider policy ConfigMap %s (edit it to change what tenants may ask for; see annexctl install --help)", key)
+		return nil
+	}
+	if len(rendered) != 1 || rendered[0].GetKind() != "ConfigMap" || rendered[0].GetName() != ProviderPolicyName {
+		return fmt.Errorf("the chart's %s rendered %d objects, want the ConfigMap %s", providerPolicyTemplate, len(rendered), key)
+	}
+	cm := rendered[0].DeepCopy()
 	switch err := c.Client.Create(ctx, cm); {
 	case apierrors.IsAlreadyExists(err):
 		s.Step("kept the provider policy ConfigMap %s (created meanwhile)", key)
@@ -236,9 +285,10 @@ func ensureProviderPolicy(ctx context.Context, s cli.IOStreams, c *cli.Cluster) 
 	case err != nil:
 		return fmt.Errorf("create ConfigMap %s: %w", key, err)
 	}
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
 	s.Step("provider policy ConfigMap %s with the defaults: tolerations %q, node label keys %q, priority classes %q, runtime classes %q, schedulers %q",
-		key, cm.Data[PolicyKeyTolerationKeys], cm.Data[PolicyKeyNodeLabelKeys], cm.Data[PolicyKeyPriorityClasses],
-		cm.Data[PolicyKeyRuntimeClasses], cm.Data[PolicyKeySchedulerNames])
+		key, data[PolicyKeyTolerationKeys], data[PolicyKeyNodeLabelKeys], data[PolicyKeyPriorityClasses],
+		data[PolicyKeyRuntimeClasses], data[PolicyKeySchedulerNames])
 	return nil
 }
 
@@ -305,108 +355,6 @@ func waitEstablished(ctx context.Context, c client.Client, crds []*unstructured.
 	return nil
 }
 
-// applyTyped server-side applies a typed object (TypeMeta must be set).
-func applyTyped(ctx context.Context, c client.Client, obj client.Object) error {
-	_, err := cli.ApplyTyped(ctx, c, obj)
-	return err
-}
-
-// Gateway says whether and where the agent's pod runs annex-gateway.
-type Gateway struct {
-	Endpoint string // "" for no gateway
-	Node     string // "" for any node
-}
-
-// Ports of the agent in a pod on the host network, clear of a kubelet's
-// (10250) and of the usual 8080/8081.
-const (
-	hostMetricsPort  = 9880
-	hostHealthPort   = 9881
-	hostKubeletPort  = 10260
-	gatewayFirstPort = 51820
-	gatewayDir       = "/run/annex-gateway"
-)
-
-// Deployment is the agent's in-cluster Deployment. The agent advertises
-// its pod's IP as the virtual nodes' address, where the API server reaches
-// their kubelet endpoint (logs, exec).
-//
-// With a gateway, the pod runs on the host network of the gateway node
-// (gw.Node, or wherever it is scheduled) and holds a second container,
-// annex-gateway from the same image, as root with NET_ADMIN and the
-// node's /dev/net/tun; the two share the gateway's file and status file
-// through an emptyDir. The agent's ports move off the kubelet's. The node
-// needs IPv4 forwarding on, and routes from every node to it (docs/network.md,
-// "What a real cluster needs").
-func Deployment(image string, gw Gateway) *appsv1.Deployment {
-	labels := map[string]string{"app.kubernetes.io/name": "annex-agent"}
-	replicas := int32(1)
-	nonRoot, root, f := true, false, false
-	zero, one := intstr.FromInt32(0), intstr.FromInt32(1)
-	metricsPort, healthPort, kubeletPort := int32(8080), int32(8081), int32(10250)
-	if gw.Endpoint != "" {
-		metricsPort, healthPort, kubeletPort = hostMetricsPort, hostHealthPort, hostKubeletPort
-	}
-	args := []string{"--namespace=" + corev1alpha1.AgentNamespace, "--virtual-node-ip=$(POD_IP)",
-		fmt.Sprintf("--metrics-bind-address=:%d", metricsPort), fmt.Sprintf("--health-probe-bind-address=:%d", healthPort),
-		fmt.Sprintf("--kubelet-port=%d", kubeletPort)}
-	agent := corev1.Container{
-		Name:  "agent",
-		Image: image,
-		Env: []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{
-			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}},
-		Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: metricsPort}, {Name: "health", ContainerPort: healthPort},
-			{Name: "kubelet", ContainerPort: kubeletPort}},
-		SecurityContext: &corev1.SecurityContext{RunAsNonRoot: &nonRoot, AllowPrivilegeEscalation: &f},
-		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-			Path: "/readyz", Port: intstr.FromString("health"),
-		}}},
-		LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-			Path: "/healthz", Port: intstr.FromString("health"),
-		}}},
-	}
-	pod := corev1.PodSpec{ServiceAccountName: "annex-agent"}
-	if gw.Endpoint != "" {
-		agent.Args = append(args, "--gateway-config="+gatewayDir+"/config.json", "--gateway-status="+gatewayDir+"/status.json",
-			"--gateway-endpoint="+gw.Endpoint)
-		mount := corev1.VolumeMount{Name: "gateway", MountPath: gatewayDir}
-		agent.VolumeMounts = []corev1.VolumeMount{mount}
-		uid := int64(0)
-		chardev := corev1.HostPathCharDev
-		gateway := corev1.Container{
-			Name:    "gateway",
-			Image:   image,
-			Command: []string{"/annex-gateway", "--config=" + gatewayDir + "/config.json", "--status=" + gatewayDir + "/status.json"},
-			SecurityContext: &corev1.SecurityContext{RunAsUser: &uid, RunAsNonRoot: &root, AllowPrivilegeEscalation: &f,
-				Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}, Drop: []corev1.Capability{"ALL"}}},
-			VolumeMounts: []corev1.VolumeMount{mount, {Name: "tun", MountPath: "/dev/net/tun"}},
-		}
-		pod.Containers = []corev1.Container{agent, gateway}
-		pod.HostNetwork = true
-		pod.DNSPolicy = corev1.DNSClusterFirstWithHostNet
-		pod.Volumes = []corev1.Volume{
-			{Name: "gateway", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-			{Name: "tun", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/net/tun", Type: &chardev}}},
-		}
-		if gw.Node != "" {
-			pod.NodeSelector = map[string]string{corev1.LabelHostname: gw.Node}
-		}
-	} else {
-		agent.Args = args
-		pod.Containers = []corev1.Container{agent}
-	}
-	return &appsv1.Deployment{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: metav1.ObjectMeta{Name: "annex-agent", Namespace: corev1alpha1.AgentNamespace, Labels: labels},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			// The old pod goes before the new one starts: on the host
-			// network, two would want the same ports (the scheduler would
-			// keep the new one Pending, and the old one would never go).
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
-				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &zero, MaxUnavailable: &one}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod},
-		},
-	}
-}
+// gatewayFirstPort is annex-gateway's first UDP port (the chart's
+// templates/deployment.yaml runs it).
+const gatewayFirstPort = 51820

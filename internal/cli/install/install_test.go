@@ -21,6 +21,8 @@ func TestValidate(t *testing.T) {
 		{name: "overlap", mutate: func(o *Options) { o.PodCIDR = "10.96.0.0/16" }, wantErr: "overlaps"},
 		{name: "no image", mutate: func(o *Options) { o.Image = "" }, wantErr: "--image"},
 		{name: "no image but local agent", mutate: func(o *Options) { o.Image, o.LocalAgent = "", true }},
+		{name: "pull policy Never", mutate: func(o *Options) { o.ImagePullPolicy = "Never" }},
+		{name: "pull policy unknown", mutate: func(o *Options) { o.ImagePullPolicy = "Sometimes" }, wantErr: "--image-pull-policy"},
 		{name: "gateway", mutate: func(o *Options) { o.GatewayEndpoint, o.GatewayNode = "192.0.2.10", "node-1" }},
 		{name: "gateway endpoint not an IP", mutate: func(o *Options) { o.GatewayEndpoint = "gw.example.com" }, wantErr: "--gateway-endpoint"},
 		{name: "gateway endpoint IPv6", mutate: func(o *Options) { o.GatewayEndpoint = "fd00::1" }, wantErr: "IPv4"},

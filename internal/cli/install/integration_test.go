@@ -3,7 +3,6 @@ package install
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -29,17 +28,17 @@ func TestInstallDeployment(t *testing.T) {
 	defer cancel()
 	lc := clustertest.Start(ctx, t, localcluster.Options{Name: "inst", PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", Nodes: 2})
 	c := clustertest.Connect(ctx, t, lc)
-	install := func(gw Gateway) {
+	install := func(endpoint, node string) {
 		t.Helper()
 		o := DefaultOptions()
-		o.ClusterID, o.Image, o.GatewayEndpoint, o.GatewayNode = "inst", "example.invalid/annex-agent:test", gw.Endpoint, gw.Node
+		o.ClusterID, o.Image, o.GatewayEndpoint, o.GatewayNode = "inst", "example.invalid/annex-agent:test", endpoint, node
 		var out bytes.Buffer
 		if err := Run(ctx, cli.IOStreams{Out: &out, ErrOut: &out}, c, o); err != nil {
-			t.Fatalf("install %+v: %v\n%s", gw, err, out.String())
+			t.Fatalf("install with gateway %q on %q: %v\n%s", endpoint, node, err, out.String())
 		}
 	}
 	gwNode := "inst-worker-1"
-	install(Gateway{Endpoint: "192.0.2.10", Node: gwNode})
+	install("192.0.2.10", gwNode)
 
 	var pod corev1.Pod
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -62,8 +61,8 @@ func TestInstallDeployment(t *testing.T) {
 		t.Errorf("agent pod on %q, hostNetwork %v; want %s on the host network", pod.Spec.NodeName, pod.Spec.HostNetwork, gwNode)
 	}
 	agent, gateway := pod.Spec.Containers[0], pod.Spec.Containers[1]
-	for _, want := range []string{"--gateway-endpoint=192.0.2.10", "--gateway-config=" + gatewayDir + "/config.json",
-		"--virtual-node-ip=$(POD_IP)", fmt.Sprintf("--kubelet-port=%d", hostKubeletPort)} {
+	for _, want := range []string{"--gateway-endpoint=192.0.2.10", "--gateway-config=/run/annex-gateway/config.json",
+		"--virtual-node-ip=$(POD_IP)", "--kubelet-port=10260"} {
 		if !slices.Contains(agent.Args, want) {
 			t.Errorf("agent args %v lack %s", agent.Args, want)
 		}
@@ -73,7 +72,7 @@ func TestInstallDeployment(t *testing.T) {
 	}
 
 	// Again without the gateway: one container, off the host network.
-	install(Gateway{})
+	install("", "")
 	d := &appsv1.Deployment{}
 	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: corev1alpha1.AgentNamespace, Name: "annex-agent"}, d); err != nil {
 		t.Fatal(err)

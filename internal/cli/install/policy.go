@@ -1,20 +1,13 @@
 package install
 
-import (
-	"strings"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
-)
-
 // ProviderPolicyName is the ConfigMap, in annex-system, holding what this
 // cluster, as a provider, allows its tenants' pods to ask for. It is the
 // parameter of the admission policy annex-tenant-pods
-// (config/admission/tenant-pods.yaml), whose binding refuses every tenant
-// pod while the ConfigMap is missing. Each key is a comma-separated list;
-// an empty or missing list allows nothing.
+// (charts/annex/templates/admission/tenant-pods.yaml), whose binding
+// refuses every tenant pod while the ConfigMap is missing. Each key is a
+// comma-separated list; an empty or missing list allows nothing. The chart
+// renders it (templates/provider-policy.yaml) with the defaults of its
+// values.yaml (providerPolicy).
 const ProviderPolicyName = "annex-provider-policy"
 
 // The keys of the provider policy ConfigMap.
@@ -36,32 +29,6 @@ const (
 	// allowed.
 	PolicyKeySchedulerNames = "allowedSchedulerNames"
 )
-
-// Defaults of the provider policy: what every pod gets from the API server
-// (the DefaultTolerationSeconds tolerations) and the well-known node labels
-// that say nothing about a node the provider keeps for itself.
-var (
-	DefaultTolerationKeys = []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable}
-	DefaultNodeLabelKeys  = []string{corev1.LabelOSStable, corev1.LabelArchStable, corev1.LabelTopologyZone,
-		corev1.LabelTopologyRegion, corev1.LabelInstanceTypeStable}
-	DefaultSchedulerNames = []string{corev1.DefaultSchedulerName}
-)
-
-// ProviderPolicy is the provider policy ConfigMap with the defaults, which
-// allow no PriorityClass but priorityClasses and no RuntimeClass.
-func ProviderPolicy(priorityClasses ...string) *corev1.ConfigMap {
-	return &corev1.ConfigMap{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: ProviderPolicyName, Namespace: corev1alpha1.AgentNamespace},
-		Data: map[string]string{
-			PolicyKeyTolerationKeys:  strings.Join(DefaultTolerationKeys, ","),
-			PolicyKeyNodeLabelKeys:   strings.Join(DefaultNodeLabelKeys, ","),
-			PolicyKeyPriorityClasses: strings.Join(priorityClasses, ","),
-			PolicyKeyRuntimeClasses:  "",
-			PolicyKeySchedulerNames:  strings.Join(DefaultSchedulerNames, ","),
-		},
-	}
-}
 
 // PolicyHelp documents the provider policy ConfigMap for `annexctl install --help`.
 const PolicyHelp = `Pods of tenants (consumers that offload to this cluster) are checked by the

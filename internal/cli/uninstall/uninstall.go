@@ -1,5 +1,6 @@
 // Package uninstall owns `annexctl uninstall`: it removes what `annexctl
-// install` applied and waits until it is gone.
+// install` applied (what the embedded chart renders) and waits until it is
+// gone.
 package uninstall
 
 import (
@@ -14,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
-	"github.com/annexhq/annex/config"
+	"github.com/annexhq/annex/internal/chart"
 	"github.com/annexhq/annex/internal/cli"
 )
 
@@ -46,20 +47,20 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 		}
 		return nil
 	}
-	rbac, err := cli.DecodeManifests(config.FS, "rbac/*.yaml")
+	// What install applies outside annex-system does not depend on its
+	// options: any cluster ID renders it.
+	r, err := chart.Render(ctx, chart.Values{ClusterID: "uninstall"})
 	if err != nil {
 		return err
 	}
-	admission, err := cli.DecodeManifests(config.FS, "admission/*.yaml")
-	if err != nil {
-		return err
-	}
-	for _, obj := range append(admission, rbac...) {
-		if obj.GetNamespace() == corev1alpha1.AgentNamespace {
-			continue // removed with the namespace
-		}
-		if err := deleteObj(obj); err != nil {
-			return err
+	for _, t := range r.Templates {
+		for _, obj := range t.Objects {
+			if obj.GetNamespace() == corev1alpha1.AgentNamespace || obj.GetKind() == "Namespace" && obj.GetName() == corev1alpha1.AgentNamespace {
+				continue // removed with the namespace
+			}
+			if err := deleteObj(obj); err != nil {
+				return err
+			}
 		}
 	}
 	s.Step("removed the admission policies and the agent's cluster-wide RBAC")
@@ -68,10 +69,7 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 	if err := deleteObj(ns); err != nil {
 		return err
 	}
-	crds, err := cli.DecodeManifests(config.FS, "crd/*.yaml")
-	if err != nil {
-		return err
-	}
+	crds := r.CRDs
 	for _, crd := range crds {
 		if err := deleteObj(crd); err != nil {
 			return err

@@ -100,7 +100,7 @@ const (
 	// namespace it was created for.
 	AnnotationSourceNamespace = "annex.dev/source-namespace"
 
-	// ClusterRoleName is the ClusterRole (config/rbac/remote_consumer_clusterrole.yaml)
+	// ClusterRoleName is the ClusterRole (charts/annex/templates/rbac/remote_consumer_clusterrole.yaml)
 	// bound to the consumer in each of its remote namespaces.
 	ClusterRoleName = "annex-remote-consumer"
 

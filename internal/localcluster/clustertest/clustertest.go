@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	annexconfig "github.com/annexhq/annex/config"
+	"github.com/annexhq/annex/charts"
 	"github.com/annexhq/annex/internal/agent"
 	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/localcluster"
@@ -94,7 +94,7 @@ func Connect(ctx context.Context, t *testing.T, lc *localcluster.Cluster) *cli.C
 // apiextensions types) and waits until they are established.
 func InstallCRDs(ctx context.Context, t *testing.T, c client.Client) {
 	t.Helper()
-	objs, err := cli.DecodeManifests(annexconfig.FS, "crd/*.yaml")
+	objs, err := cli.DecodeManifests(charts.FS, "annex/crds/*.yaml")
 	Must(t, err)
 	for _, o := range objs {
 		Must(t, cli.Apply(ctx, c, o))
