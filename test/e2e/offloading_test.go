@@ -153,7 +153,7 @@ func TestOffloading(t *testing.T) {
 			if err := f.do(); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 20*time.Second, f.name+" beta: only gamma's endpoints ready", func() error {
+			eventually(t, outageBound, f.name+" beta: only gamma's endpoints ready", func() error {
 				n, err := readyEndpoints(ctx, ca, "shop", "web")
 				if err == nil && n != 20-onBeta {
 					err = fmt.Errorf("%d ready endpoints, want %d", n, 20-onBeta)

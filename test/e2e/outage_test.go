@@ -19,6 +19,11 @@ import (
 	"github.com/annexhq/annex/internal/localcluster"
 )
 
+// outageBound is how long after a provider's API server dies (or hangs)
+// its offloaded pods may stay Ready on the consumer and their endpoints
+// ready: the consumer's failure detection must beat it.
+const outageBound = 20 * time.Second
+
 // checkOutage kills beta's API server while Deployment app (want replicas)
 // runs in ns spread over beta and gamma, and checks what happens during the
 // outage and after: a pod deleted locally is deleted on beta afterwards
@@ -53,7 +58,7 @@ func checkOutage(t *testing.T, ns, app string, want int, beta *localcluster.Clus
 		}
 		return nil
 	}
-	eventually(t, 20*time.Second, "beta's pods NotReady", allNotReady)
+	eventually(t, outageBound, "beta's pods NotReady", allNotReady)
 	t.Run("Events and metrics say what happened", func(t *testing.T) {
 		eventually(t, 10*time.Second, "ProviderUnreachable Events on the Node and a pod", func() error {
 			for _, obj := range []string{"annex-beta", onBeta[0].Name} {

@@ -65,6 +65,13 @@ func installAndRunAgent(t *testing.T, c *localcluster.Cluster, clusterID string,
 			ext = spec.ExternalCIDR
 		}
 	}
+	return installAndRunAgentWith(t, c, clusterID, ext, agentArgs...)
+}
+
+// installAndRunAgentWith is installAndRunAgent with the cluster's external
+// CIDR given (for clusters that are not the sandbox's).
+func installAndRunAgentWith(t *testing.T, c *localcluster.Cluster, clusterID, ext string, agentArgs ...string) *testAgent {
+	t.Helper()
 	if out, err := annexctl(t, "install", "--kubeconfig", c.KubeconfigPath(), "--cluster-id", clusterID,
 		"--pod-cidr", c.PodCIDR(), "--service-cidr", c.ServiceCIDR(), "--external-cidr", ext, "--local-agent"); err != nil {
 		t.Fatalf("install %s: %v\n%s", clusterID, err, out)
