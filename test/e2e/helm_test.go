@@ -28,7 +28,7 @@ func TestHelmInstalledProvider(t *testing.T) {
 		name        = "delta"
 		podCIDR     = "10.202.0.0/16"
 		serviceCIDR = "10.96.0.0/16"
-		extCIDR     = "10.73.0.0/16"
+		extCIDR     = "10.74.0.0/16"
 	)
 	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
