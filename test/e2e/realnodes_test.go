@@ -66,7 +66,7 @@ func TestRealNodes(t *testing.T) {
 	beta, echo := startRealProvider(t)
 
 	installAndRunAgent(t, alpha, "alpha")
-	installAndRunAgentWith(t, beta, realProvider, realExternalCIDR)
+	installFromImage(t, beta, realProvider, realExternalCIDR)
 	if out, err := annexctl(t, "peer", "--kubeconfig", alpha.KubeconfigPath(), "--remote-kubeconfig", beta.KubeconfigPath(),
 		"--cpu", "2", "--memory", "4Gi", "--pods", "20"); err != nil {
 		t.Fatalf("peer: %v\n%s", err, out)
@@ -381,11 +381,17 @@ func startRealProvider(t *testing.T) (*localcluster.Cluster, ociimage.Image) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	built := time.Now()
+	agent, err := ociimage.Agent(ctx, filepath.Join(imgDir, "annex-agent.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("images built in %s", time.Since(built).Round(100*time.Millisecond))
 	start := time.Now()
 	c, err := localcluster.Start(ctx, localcluster.Options{
 		Name: realProvider, Dir: filepath.Join(env.dir, realProvider),
 		PodCIDR: realPodCIDR, ServiceCIDR: realServiceCIDR,
-		RealNodes: 1, Images: []string{pause.Path, echo.Path}, PauseImage: pause.Ref,
+		RealNodes: 1, Images: []string{pause.Path, echo.Path, agent.Path}, PauseImage: pause.Ref,
 		Progress: os.Stderr,
 	})
 	if err != nil {
@@ -401,6 +407,33 @@ func startRealProvider(t *testing.T) (*localcluster.Cluster, ociimage.Image) {
 		t.Fatalf("%s has kwok nodes %v and real nodes %v, want only one real node", realProvider, kwok, real)
 	}
 	return c, echo
+}
+
+// installFromImage installs Annex into c as users do on real clusters:
+// `annexctl install --image` with the annex-agent image imported into its
+// real node, so the agent runs as a Deployment there (with the in-cluster
+// ServiceAccount, reaching its API server through the kubernetes Service),
+// not as a local process. It waits for the agent's pod to be Ready.
+func installFromImage(t *testing.T, c *localcluster.Cluster, clusterID, ext string) {
+	t.Helper()
+	if out, err := annexctl(t, "install", "--kubeconfig", c.KubeconfigPath(), "--cluster-id", clusterID,
+		"--pod-cidr", c.PodCIDR(), "--service-cidr", c.ServiceCIDR(), "--external-cidr", ext,
+		"--image", ociimage.AgentRef(), "--image-pull-policy", "Never"); err != nil {
+		t.Fatalf("install %s: %v\n%s", clusterID, err, out)
+	}
+	cl := crClient(t, c)
+	ctx := context.Background()
+	eventually(t, 2*time.Minute, "the agent's pod Ready on "+clusterID+"'s real node", func() error {
+		return podsReady(ctx, cl, corev1alpha1.AgentNamespace, "app.kubernetes.io/name=annex-agent", 1, func(p *corev1.Pod) error {
+			if p.Spec.NodeName != c.RealNodeNames()[0] {
+				return fmt.Errorf("agent pod %s on %q", p.Name, p.Spec.NodeName)
+			}
+			if img := p.Spec.Containers[0].Image; img != ociimage.AgentRef() {
+				return fmt.Errorf("agent pod %s runs %s", p.Name, img)
+			}
+			return nil
+		})
+	})
 }
 
 // echoContainer runs the echo image (imported into the real node, never
