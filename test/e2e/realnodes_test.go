@@ -373,6 +373,7 @@ func startRealProvider(t *testing.T) (*localcluster.Cluster, ociimage.Image) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	imgDir := filepath.Join(env.dir, "images")
+	built := time.Now()
 	pause, err := ociimage.Pause(ctx, filepath.Join(imgDir, "pause.tar"))
 	if err != nil {
 		t.Fatal(err)
@@ -381,7 +382,6 @@ func startRealProvider(t *testing.T) (*localcluster.Cluster, ociimage.Image) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	built := time.Now()
 	agent, err := ociimage.Agent(ctx, filepath.Join(imgDir, "annex-agent.tar"))
 	if err != nil {
 		t.Fatal(err)
