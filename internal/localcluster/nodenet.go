@@ -183,16 +183,7 @@ func getInNetns(ctx context.Context, path, url string) ([]byte, error) {
 	tr := &http.Transport{
 		Proxy:             nil,
 		DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var conn net.Conn
-			err := netnsutil.In(h, func() error {
-				var d net.Dialer
-				c, err := d.DialContext(ctx, network, addr)
-				conn = c
-				return err
-			})
-			return conn, err
-		},
+		DialContext:       netnsutil.Dialer(h),
 	}
 	defer tr.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

@@ -8,6 +8,7 @@
 package netnsutil
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -53,6 +54,22 @@ func In(target netns.NsHandle, f func() error) error {
 		errc <- ferr
 	}()
 	return <-errc
+}
+
+// Dialer returns a DialContext (for an http.Transport) that opens each
+// connection from inside the network namespace target; target must stay
+// open while it is used.
+func Dialer(target netns.NsHandle) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var conn net.Conn
+		err := In(target, func() error {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			conn = c
+			return err
+		})
+		return conn, err
+	}
 }
 
 // WriteSysctls writes /proc/sys entries (keys like "net/ipv4/ip_forward");

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -98,16 +97,7 @@ func Get(ctx context.Context, netnsName, url string, timeout time.Duration) ([]b
 	tr := &http.Transport{
 		Proxy:             nil,
 		DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var conn net.Conn
-			err := netnsutil.In(h, func() error {
-				var d net.Dialer
-				c, err := d.DialContext(ctx, network, addr)
-				conn = c
-				return err
-			})
-			return conn, err
-		},
+		DialContext:       netnsutil.Dialer(h),
 	}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: timeout}
