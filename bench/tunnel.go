@@ -19,6 +19,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/annexhq/annex/internal/gateway"
+	"github.com/annexhq/annex/internal/netnsutil"
 )
 
 // The tunnel phase measures pod-to-pod traffic across an Annex network link
@@ -550,42 +551,13 @@ func dialIn(ns string, addr netip.AddrPort, timeout time.Duration) (net.Conn, er
 	return conn, err
 }
 
-// inNetns runs fn on an OS thread switched into network namespace ns: a
-// socket belongs to the namespace of the thread that opened it, and stays
-// there whichever thread uses it afterwards. fn runs on a goroutine of its
-// own, whose thread goes back to the original namespace afterwards; if it
-// cannot, the thread stays locked and ends with the goroutine, so that no
-// other goroutine ever runs in the wrong namespace.
+// inNetns runs fn with its thread in network namespace ns (netnsutil.In):
+// a socket belongs to the namespace of the thread that opened it.
 func inNetns(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromName(ns)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("network namespace %s: %w", ns, err)
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter network namespace %s: %w", ns, err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("leave network namespace %s: %w", ns, err))
-			return // still locked: the thread ends with this goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+	target, err := netns.GetFromName(ns)
+	if err != nil {
+		return fmt.Errorf("network namespace %s: %w", ns, err)
+	}
+	defer target.Close()
+	return netnsutil.In(target, fn)
 }

@@ -896,16 +896,7 @@ func getAPIServerFromNode(ctx context.Context, c *Cluster, netnsPath, url string
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		Proxy:           nil,
 		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{admin}, MinVersion: tls.VersionTLS12},
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var conn net.Conn
-			err := netnsutil.In(h, func() error {
-				var d net.Dialer
-				var err error
-				conn, err = d.DialContext(ctx, network, addr)
-				return err
-			})
-			return conn, err
-		},
+		DialContext:     netnsutil.Dialer(h),
 	}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
