@@ -157,7 +157,7 @@ func missingError(binDir string, missing []string) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w in %s: %v; run `make tools` to build them (tools/kube builds them into the cache directory, the first time in about 15 minutes)", ErrMissingBinaries, binDir, missing)
+	return fmt.Errorf("%w in %s: %v; run `make tools` to build them (tools/kube builds them into the cache directory, the first time in 6 to 11 minutes on 2 idle CPUs)", ErrMissingBinaries, binDir, missing)
 }
 
 // Options configure Start.

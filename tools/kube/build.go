@@ -31,7 +31,7 @@ func ensureMultiCall(bin string) error {
 	got, err := os.ReadFile(filepath.Join(bin, recipeFile))
 	if _, statErr := os.Stat(kube); statErr != nil || err != nil || string(got) != want {
 		start := time.Now()
-		fmt.Fprintf(os.Stderr, "building %s (%s, one binary); the first build takes about 15 min on 2 idle CPUs, a relink about 1 min...\n",
+		fmt.Fprintf(os.Stderr, "building %s (%s, one binary); the first build takes 6 to 11 min on 2 idle CPUs, a relink about 1 min...\n",
 			multiCallName, strings.Join(multicall.Commands, ", "))
 		if err := buildMultiCall(kube); err != nil {
 			return fmt.Errorf("build %s: %w", multiCallName, err)
