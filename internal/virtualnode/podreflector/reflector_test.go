@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,7 @@ import (
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -119,6 +121,20 @@ func newEnv(t *testing.T, pods []*corev1.Pod, spods ...*offloadingv1alpha1.Shado
 		objs = append(objs, p)
 	}
 	e.local = k8sfake.NewSimpleClientset(objs...)
+	// An API server gives every write a new resourceVersion; the fake
+	// leaves the client's. The reflector tells its own status writes'
+	// echoes by resourceVersion, so with the fake's (all equal) it would
+	// take a test's update for one of them.
+	var rv atomic.Int64
+	rv.Store(1000)
+	e.local.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if w, ok := a.(interface{ GetObject() runtime.Object }); ok && (a.GetVerb() == "create" || a.GetVerb() == "update") {
+			if m, ok := w.GetObject().(metav1.Object); ok {
+				m.SetResourceVersion(strconv.FormatInt(rv.Add(1), 10))
+			}
+		}
+		return false, nil, nil
+	})
 	var remoteObjs []client.Object
 	for _, sp := range spods {
 		remoteObjs = append(remoteObjs, sp)
