@@ -607,13 +607,10 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// TestRealNodes starts a cluster with two real nodes and a kwok node, runs
-// real containers (logs, exec, port-forward and the pod proxy through the
-// API server; a ClusterIP Service through kube-proxy from a pod on the
-// other node, from the same pod and from the node; pod to pod across nodes;
-// the `kubernetes` Service; kwok still serving its pods), restarts the API
-// server, and shows that Stop leaves nothing behind on the host.
-func TestRealNodes(t *testing.T) {
+// requireRealNodes skips t unless it may start real nodes here (not -short,
+// the binaries and the runtime present).
+func requireRealNodes(t *testing.T) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: skipped with -short")
 	}
@@ -624,6 +621,16 @@ func TestRealNodes(t *testing.T) {
 	if err := CheckRealNodes(binDir); err != nil {
 		t.Skipf("skipping: %v", err)
 	}
+}
+
+// TestRealNodes starts a cluster with two real nodes and a kwok node, runs
+// real containers (logs, exec, port-forward and the pod proxy through the
+// API server; a ClusterIP Service through kube-proxy from a pod on the
+// other node, from the same pod and from the node; pod to pod across nodes;
+// the `kubernetes` Service; kwok still serving its pods), restarts the API
+// server, and shows that Stop leaves nothing behind on the host.
+func TestRealNodes(t *testing.T) {
+	requireRealNodes(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
@@ -898,19 +905,7 @@ func getAPIServerFromNode(ctx context.Context, c *Cluster, netnsPath, url string
 		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{admin}, MinVersion: tls.VersionTLS12},
 		DialContext:     netnsutil.Dialer(h),
 	}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return nil
+	return probeGet(ctx, client, url)
 }
 
 // realNodeHelperEnv makes the test binary start a cluster with a real node
@@ -972,16 +967,7 @@ func realNodeHelper(spec string) int {
 // process of the node (its containers too) dies with that process, and
 // Load(dir).Stop removes what is left (cgroups).
 func TestRealNodesWithTheirStarter(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
-	binDir := DefaultBinDir()
-	if err := CheckBinaries(binDir); err != nil {
-		t.Skipf("skipping: %v", err)
-	}
-	if err := CheckRealNodes(binDir); err != nil {
-		t.Skipf("skipping: %v", err)
-	}
+	requireRealNodes(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	pause, err := ociimage.Pause(ctx, filepath.Join(t.TempDir(), "pause.tar"))
@@ -1122,16 +1108,7 @@ func portForwardGet(ctx context.Context, cfg *rest.Config, ns, pod string, port 
 // import) fails Start with an error saying why, and Start cleans up after
 // itself: nothing is left on the host.
 func TestRealNodeStartFails(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
-	binDir := DefaultBinDir()
-	if err := CheckBinaries(binDir); err != nil {
-		t.Skipf("skipping: %v", err)
-	}
-	if err := CheckRealNodes(binDir); err != nil {
-		t.Skipf("skipping: %v", err)
-	}
+	requireRealNodes(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	imgDir := t.TempDir()
