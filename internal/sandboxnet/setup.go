@@ -35,23 +35,12 @@ func (n naming) setup(ctx context.Context, clusters []Cluster) error {
 	if err := validateClusters(clusters); err != nil {
 		return err
 	}
-	ul, _, err := ensureNetns(n.underlay())
+	ul, ulh, br, err := n.ensureUnderlay()
 	if err != nil {
 		return err
 	}
 	defer ul.Close()
-	ulh, err := netlink.NewHandleAt(ul)
-	if err != nil {
-		return fmt.Errorf("netlink in %s: %w", n.underlay(), err)
-	}
 	defer ulh.Close()
-	if err := netnsutil.LinkUp(ulh, "lo"); err != nil {
-		return fmt.Errorf("%s: %w", n.underlay(), err)
-	}
-	br, err := netnsutil.EnsureBridge(ulh, bridgeName)
-	if err != nil {
-		return fmt.Errorf("%s: %w", n.underlay(), err)
-	}
 	for _, c := range clusters {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -61,6 +50,33 @@ func (n naming) setup(ctx context.Context, clusters []Cluster) error {
 		}
 	}
 	return nil
+}
+
+// ensureUnderlay makes the underlay namespace and its bridge; the caller
+// closes the handles.
+func (n naming) ensureUnderlay() (netns.NsHandle, *netlink.Handle, netlink.Link, error) {
+	ul, _, err := ensureNetns(n.underlay())
+	if err != nil {
+		return netns.None(), nil, nil, err
+	}
+	ulh, err := netlink.NewHandleAt(ul)
+	if err != nil {
+		ul.Close()
+		return netns.None(), nil, nil, fmt.Errorf("netlink in %s: %w", n.underlay(), err)
+	}
+	fail := func(err error) (netns.NsHandle, *netlink.Handle, netlink.Link, error) {
+		ulh.Close()
+		ul.Close()
+		return netns.None(), nil, nil, fmt.Errorf("%s: %w", n.underlay(), err)
+	}
+	if err := netnsutil.LinkUp(ulh, "lo"); err != nil {
+		return fail(err)
+	}
+	br, err := netnsutil.EnsureBridge(ulh, bridgeName)
+	if err != nil {
+		return fail(err)
+	}
+	return ul, ulh, br, nil
 }
 
 // setupRouter makes cluster c's router namespace and its uplink.
@@ -80,6 +96,13 @@ func (n naming) setupRouter(c Cluster, ul netns.NsHandle, ulh *netlink.Handle, b
 	}); err != nil {
 		return err
 	}
+	return n.attach(c, r, ul, ulh, br)
+}
+
+// attach puts the namespace r on the underlay for cluster c: loopback up,
+// the veth "ul0" on the bridge holding UnderlayAddr(c.Index)/24, reverse-path
+// filtering off on it.
+func (n naming) attach(c Cluster, r netns.NsHandle, ul netns.NsHandle, ulh *netlink.Handle, br netlink.Link) error {
 	rh, err := netlink.NewHandleAt(r)
 	if err != nil {
 		return fmt.Errorf("netlink: %w", err)

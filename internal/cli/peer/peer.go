@@ -17,6 +17,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -60,7 +61,12 @@ type Options struct {
 	NoNetwork bool
 	// RemapPool is where remapped CIDRs come from when the clusters' CIDRs overlap.
 	RemapPool string
-	Timeout   time.Duration
+	// RemoteServer is the provider's API server URL as the consumer's
+	// agent reaches it, when that differs from the address in the
+	// provider's kubeconfig (an agent in a pod behind a load balancer or
+	// NAT, the real-node sandbox); empty: the kubeconfig's.
+	RemoteServer string
+	Timeout      time.Duration
 }
 
 // DefaultOptions are the CLI defaults.
@@ -89,8 +95,22 @@ func (o Options) Validate() error {
 	if o.TokenTTL < 10*time.Minute {
 		return fmt.Errorf("--token-ttl %s: Kubernetes issues tokens of at least 10m", o.TokenTTL)
 	}
+	if o.RemoteServer != "" {
+		u, err := url.Parse(o.RemoteServer)
+		if err != nil || u.Scheme != "https" || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.User != nil {
+			return fmt.Errorf("--remote-server %q: want the provider API server's https://HOST[:PORT] as the consumer's agent reaches it", o.RemoteServer)
+		}
+	}
 	_, err := o.Resources()
 	return err
+}
+
+// server is the provider's API server URL written for the consumer's agent.
+func (o Options) server(p *cli.Cluster) string {
+	if o.RemoteServer != "" {
+		return strings.TrimSuffix(o.RemoteServer, "/")
+	}
+	return p.Host
 }
 
 // Run peers consumer c with provider p.
@@ -135,17 +155,18 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 		return fmt.Errorf("consumer %s: %w", cid.ClusterID, err)
 	}
 	note(ch, "consumer %s: peer namespace %s", cid.ClusterID, peerOnC)
-	ch, expiry, err := ensureCredentials(ctx, c, p, peerOnC, tenantOnP, pid.ClusterID, o.TokenTTL)
+	server := o.server(p)
+	ch, expiry, err := ensureCredentials(ctx, c, p, server, peerOnC, tenantOnP, pid.ClusterID, o.TokenTTL)
 	if err != nil {
 		return err
 	}
 	note(ch, "consumer %s: credentials Secret %s/%s (bound token of %s/%s, expires %s, renewed by the agent)", cid.ClusterID, peerOnC, CredentialsSecret, tenantOnP, ConsumerServiceAccount, expiry.Format(time.RFC3339))
 	ref := &corev1alpha1.SecretReference{Namespace: peerOnC, Name: CredentialsSecret}
-	ch, err = applyForeignCluster(ctx, c.Client, pid.ClusterID, p.Host, ref, corev1alpha1.RoleProvider, peerOnC)
+	ch, err = applyForeignCluster(ctx, c.Client, pid.ClusterID, server, ref, corev1alpha1.RoleProvider, peerOnC)
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", cid.ClusterID, err)
 	}
-	note(ch, "consumer %s: ForeignCluster %s (role Provider, %s)", cid.ClusterID, pid.ClusterID, p.Host)
+	note(ch, "consumer %s: ForeignCluster %s (role Provider, %s)", cid.ClusterID, pid.ClusterID, server)
 
 	// Resources: requested on C, replicated to P by C's agent, decided by P's agent.
 	want, _ := o.Resources()
@@ -322,15 +343,15 @@ func applyForeignCluster(ctx context.Context, c client.Client, id, url string, r
 	return true, nil
 }
 
-// ensureCredentials gives C a kubeconfig for P with a bound token of the
-// consumer ServiceAccount. A token that still has more than half its life is
+// ensureCredentials gives C a kubeconfig for P (at server) with a bound
+// token of the consumer ServiceAccount. A token that still has more than half its life is
 // kept, so that a second run changes nothing.
-func ensureCredentials(ctx context.Context, c, p *cli.Cluster, peerOnC, tenantOnP, providerID string, ttl time.Duration) (bool, time.Time, error) {
+func ensureCredentials(ctx context.Context, c, p *cli.Cluster, server, peerOnC, tenantOnP, providerID string, ttl time.Duration) (bool, time.Time, error) {
 	existing := &corev1.Secret{}
 	err := c.Client.Get(ctx, client.ObjectKey{Namespace: peerOnC, Name: CredentialsSecret}, existing)
 	if err == nil {
 		if exp, perr := time.Parse(time.RFC3339, existing.Annotations[AnnotationTokenExpiry]); perr == nil && time.Until(exp) > ttl/2 &&
-			existing.Annotations[AnnotationServiceAccount] == tenantOnP+"/"+ConsumerServiceAccount && sameServer(existing.Data[CredentialsKey], p.Host) {
+			existing.Annotations[AnnotationServiceAccount] == tenantOnP+"/"+ConsumerServiceAccount && sameServer(existing.Data[CredentialsKey], server) {
 			return false, exp, nil
 		}
 	} else if !apierrors.IsNotFound(err) {
@@ -348,7 +369,7 @@ func ensureCredentials(ctx context.Context, c, p *cli.Cluster, peerOnC, tenantOn
 			return false, time.Time{}, fmt.Errorf("read the provider's CA: %w", err)
 		}
 	}
-	kc, err := Kubeconfig(p.Host, ca, providerID, tr.Status.Token)
+	kc, err := Kubeconfig(server, ca, providerID, tr.Status.Token)
 	if err != nil {
 		return false, time.Time{}, err
 	}
