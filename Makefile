@@ -78,7 +78,7 @@ fuzz: ## Run every fuzz target (func Fuzz* under internal/) for FUZZTIME each (d
 	done
 
 .PHONY: demo
-demo: build tools node-deps ## Start the sandbox, peer alpha with beta and gamma, offload a namespace and run a Deployment there.
+demo: build image tools node-deps ## Start the sandbox, peer alpha with beta and gamma, offload a namespace and run a Deployment there.
 	hack/demo.sh
 
 .PHONY: bench

@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
 # make demo: the sandbox, peered and offloading. Safe to run again.
+#
+# As root it runs on real nodes (`annexctl sandbox up --real-nodes`): every
+# cluster has a real kubelet and containerd, Annex is installed from its
+# image, and a real container on alpha calls real containers on beta and
+# gamma through the gateways. Otherwise it runs on kwok nodes only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KUBE_BIN="$(cd tools/kube && go run . -print-dir)/bin"
@@ -7,18 +12,51 @@ DIR="${ANNEX_SANDBOX_DIR:-$HOME/.annex/sandbox}"
 A="$DIR/alpha/kubeconfig"
 k() { "$KUBE_BIN/kubectl" --kubeconfig "$A" "$@"; }
 
-# As root the sandbox also carries real packets (network namespaces, gateways).
-NET=()
-if [ "$(id -u)" = 0 ]; then NET=(--network); fi
-bin/annexctl sandbox up --dir "$DIR" "${NET[@]}"
+REAL=false
+if [ "$(id -u)" = 0 ]; then REAL=true; fi
+if $REAL; then
+  bin/annexctl sandbox up --dir "$DIR" --real-nodes --images bin/images
+else
+  bin/annexctl sandbox up --dir "$DIR"
+fi
 for p in beta gamma; do
   echo "== peering alpha with $p"
-  bin/annexctl peer --kubeconfig "$A" --remote-kubeconfig "$DIR/$p/kubeconfig"
+  SERVER=()
+  # Real nodes: alpha's agent runs in a pod and reaches $p's API server at
+  # its address on the nodes, not at the kubeconfig's 127.0.0.1.
+  if $REAL; then SERVER=(--remote-server "$(cat "$DIR/$p/peer-server")"); fi
+  bin/annexctl peer --kubeconfig "$A" --remote-kubeconfig "$DIR/$p/kubeconfig" "${SERVER[@]}"
 done
 echo "== offloading namespace demo (pods only on providers)"
 k get namespace demo >/dev/null 2>&1 || k create namespace demo
 bin/annexctl offload namespace demo --kubeconfig "$A" --pod-strategy Remote
-k -n demo get deployment web >/dev/null 2>&1 || k -n demo apply -f - <<'YAML'
+if $REAL; then
+  # The echo image of `make image`, imported into every real node.
+  IMAGE="annex.dev/echo:$(bin/annexctl --version | awk '{print $NF}')"
+  k -n demo get deployment web >/dev/null 2>&1 || k -n demo apply -f - <<YAML
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: echo
+        image: $IMAGE
+        imagePullPolicy: Never
+        ports: [{containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /readyz, port: 8080}, periodSeconds: 1}
+        env:
+        - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+        - {name: POD_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+        - {name: NODE_NAME, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
+YAML
+else
+  k -n demo get deployment web >/dev/null 2>&1 || k -n demo apply -f - <<'YAML'
 apiVersion: apps/v1
 kind: Deployment
 metadata: {name: web}
@@ -27,33 +65,31 @@ spec:
   selector: {matchLabels: {app: web}}
   template:
     metadata:
-      # annex.dev/sandbox-netns: with --network, each pod gets a network
-      # namespace holding its IP and an echo server on port 8080.
-      labels: {app: web, annex.dev/sandbox-netns: "true"}
+      labels: {app: web}
     spec:
       containers: [{name: web, image: nginx}]
 YAML
-k -n demo get service web >/dev/null 2>&1 || k -n demo expose deployment web --port 80
+fi
+k -n demo get service web >/dev/null 2>&1 || k -n demo expose deployment web --port 80 --target-port 8080
 k -n demo rollout status deployment web --timeout=120s
 echo "== pods on alpha (nodes annex-beta and annex-gamma are the providers)"
 k -n demo get pods -o wide
 echo "== nodes of alpha"
 k get nodes
-if [ ${#NET[@]} -gt 0 ]; then
-  echo "== real packets through the gateways"
-  k get pod client >/dev/null 2>&1 || k run client --image=busybox --labels=annex.dev/sandbox-netns=true \
-    --overrides='{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"type","operator":"NotIn","values":["virtual-node"]}]}]}}}}}'
+if $REAL; then
+  echo "== a real container on alpha calls real containers on beta and gamma through the gateways"
+  k get pod client >/dev/null 2>&1 || k run client --image="$IMAGE" --image-pull-policy=Never \
+    --env=POD_NAME=client --command -- /echo-server serve
   k wait --for=condition=Ready pod/client --timeout=60s >/dev/null
-  g=$(k -n demo get pods -l app=web --field-selector spec.nodeName=annex-gamma -o jsonpath='{.items[0].metadata.name}')
-  b=$(k -n demo get pods -l app=web --field-selector spec.nodeName=annex-beta -o jsonpath='{.items[0].metadata.name}')
-  gip=$(k -n demo get pod "$g" -o jsonpath='{.status.podIP}')
-  transit=$(k -n demo get pod "$g" -o jsonpath='{.metadata.annotations.annex\.dev/transit-address}')
-  # The pod-network process makes a pod's namespace a moment after it runs.
-  try() { for _ in $(seq 30); do "$@" 2>/dev/null && return 0; sleep 1; done; "$@"; }
-  echo "alpha's pod client -> $g on gamma at $gip (alpha's view of gamma's pod):"
-  try bin/annexctl sandbox curl --dir "$DIR" alpha default/client "http://$gip:8080/"
-  echo "beta's $b -> $g on gamma through alpha's transit address $transit:"
-  try bin/annexctl sandbox curl --dir "$DIR" beta "demo-alpha/$b" "http://$transit:8080/"
+  try() { for _ in $(seq 20); do "$@" 2>/dev/null && return 0; sleep 1; done; "$@"; }
+  for p in beta gamma; do
+    pod=$(k -n demo get pods -l app=web --field-selector spec.nodeName=annex-$p -o jsonpath='{.items[0].metadata.name}')
+    ip=$(k -n demo get pod "$pod" -o jsonpath='{.status.podIP}')
+    echo "client on alpha-node-0 -> $pod on $p at $ip (alpha's view of $p's pod):"
+    try k exec client -- /echo-server get "http://$ip:8080/"
+  done
+  echo "kubectl logs of an offloaded pod (its container runs on a provider's real node):"
+  k -n demo logs "$pod" | head -3
 fi
 echo "== annexctl status"
 bin/annexctl status --kubeconfig "$A"

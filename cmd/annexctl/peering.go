@@ -63,7 +63,7 @@ consumer. Running it again changes nothing.`,
 	f.DurationVar(&o.TokenTTL, "token-ttl", o.TokenTTL, "lifetime of the consumer's token on the provider (at least 10m; the consumer's agent renews it)")
 	f.BoolVar(&o.NoNetwork, "no-network", o.NoNetwork, "do not link the two clusters' networks (see `annexctl network connect`)")
 	f.StringVar(&o.RemapPool, "remap-pool", o.RemapPool, "range remapped CIDRs are allocated from when the clusters' CIDRs overlap")
-	f.StringVar(&o.RemoteServer, "remote-server", "", "the provider's API server URL as the consumer's agent reaches it, if not the one in --remote-kubeconfig (e.g. the agent runs in a pod; `annexctl sandbox status` shows the real-node sandbox's)")
+	f.StringVar(&o.RemoteServer, "remote-server", "", "the provider's API server URL as the consumer's agent reaches it, if not the one in --remote-kubeconfig (e.g. the agent runs in a pod; 'annexctl sandbox status' shows the real-node sandbox's)")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
 	return cmd
 }

@@ -27,7 +27,9 @@ come from 'make tools'. Each cluster's admin kubeconfig is <dir>/<cluster>/kubec
 and its logs are in <dir>/<cluster>/logs.
 
 With 'up --network' (root only) the sandbox also carries real packets between
-pods: see 'annexctl sandbox up --help' and 'annexctl sandbox curl --help'.`,
+pods: see 'annexctl sandbox up --help' and 'annexctl sandbox curl --help'.
+With 'up --real-nodes' (root only) each cluster also has a real node running real
+containers, and Annex is installed from its image as users install it.`,
 	}
 	cmd.PersistentFlags().StringVar(&o.Dir, "dir", o.Dir, "directory holding the sandbox's state")
 
@@ -49,7 +51,21 @@ this machine; nothing leaves it and the host's own namespace gets no address:
                         with the pod's IP, default route via its router, an HTTP echo server
                         on port 8080 answering with its cluster and pod name
 The pods' namespaces are kept in step by a background 'annexctl sandbox pod-network'
-(log <dir>/pod-network.log). 'annexctl sandbox curl' sends requests from a pod.`,
+(log <dir>/pod-network.log). 'annexctl sandbox curl' sends requests from a pod.
+
+--real-nodes (needs root, containerd, runc and the CNI plugins: 'make node-deps')
+gives each cluster, beside its kwok nodes, one real node: a kubelet, containerd and
+kube-proxy in namespaces of their own (<cluster>-node-0, node network 172.31.1.0/24
+for alpha, .2 for beta, .3 for gamma), with the images of 'make image' (--images)
+imported. The kwok nodes are tainted kwok.x-k8s.io/node=fake:NoSchedule, so pods run
+real containers unless they tolerate it. Annex is installed with 'annexctl install
+--image': the agent runs as a Deployment on the real node, annex-gateway as its
+second container on the node's host network. The real nodes stand on the underlay
+annex-sbx-ul (192.168.77.1, .2, .3, where the gateways meet) and route each other's
+API addresses, so peer with the URL in <dir>/<cluster>/peer-server (also in
+'annexctl sandbox status'):
+  annexctl peer --kubeconfig <dir>/alpha/kubeconfig --remote-kubeconfig <dir>/beta/kubeconfig \
+    --remote-server "$(cat <dir>/beta/peer-server)"`,
 		Example: `  sudo annexctl sandbox up --network
   kubectl --kubeconfig ~/.annex/sandbox/gamma/kubeconfig label pod web-0 annex.dev/sandbox-netns=true
   sudo annexctl sandbox curl gamma default/web-0 http://10.200.0.5:8080/`,
@@ -65,6 +81,8 @@ The pods' namespaces are kept in step by a background 'annexctl sandbox pod-netw
 	up.Flags().DurationVar(&o.TokenTTL, "token-ttl", o.TokenTTL, "lifetime of the agents' ServiceAccount tokens")
 	up.Flags().BoolVar(&o.Network, "network", false, "also run the real-packet network: router namespaces with annex-gateway, pod namespaces with echo servers (needs root)")
 	up.Flags().StringVar(&o.GatewayBinary, "gateway-binary", sandbox.DefaultGatewayBinary(), "annex-gateway executable to run in each router namespace (with --network)")
+	up.Flags().BoolVar(&o.RealNodes, "real-nodes", false, "give each cluster a real node (kubelet, containerd, kube-proxy) and install Annex from its image (needs root and a container runtime)")
+	up.Flags().StringVar(&o.ImagesDir, "images", sandbox.DefaultImagesDir(), "directory with the image tarballs of 'make image' (pause.tar, echo.tar, annex-agent.tar), with --real-nodes")
 
 	down := &cobra.Command{
 		Use:   "down",
@@ -112,6 +130,9 @@ The pods' namespaces are kept in step by a background 'annexctl sandbox pod-netw
 				if network != nil {
 					gwHeader = "GATEWAY\t"
 				}
+				if sandbox.RealNodesEnabled(o) {
+					gwHeader = "PEER SERVER\t"
+				}
 				fmt.Fprintf(tw, "CLUSTER\tAPI SERVER\tCOMPONENTS\tAGENT\t%sKUBECONFIG\n", gwHeader)
 				for _, st := range sts {
 					comps := ""
@@ -129,6 +150,9 @@ The pods' namespaces are kept in step by a background 'annexctl sandbox pod-netw
 						agent = "not ready"
 					}
 					gw := ""
+					if st.PeerServer != "" {
+						gw = st.PeerServer + "\t"
+					}
 					if st.Gateway != nil {
 						gw = "not running\t"
 						if st.Gateway.Running {

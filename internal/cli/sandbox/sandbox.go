@@ -57,6 +57,11 @@ type Options struct {
 	Network bool
 	// GatewayBinary is the annex-gateway executable (with Network).
 	GatewayBinary string
+	// RealNodes gives each cluster a real node and installs Annex from
+	// its image (realnodes.go); needs root and a container runtime.
+	RealNodes bool
+	// ImagesDir holds the image tarballs of `make image` (with RealNodes).
+	ImagesDir string
 }
 
 // DefaultDir is $HOME/.annex/sandbox.
@@ -91,6 +96,16 @@ func Up(ctx context.Context, s cli.IOStreams, o Options) error {
 			return err
 		}
 	}
+	if o.RealNodes {
+		dir, err := filepath.Abs(o.ImagesDir)
+		if err != nil {
+			return err
+		}
+		o.ImagesDir = dir
+		if err := checkRealNodes(o); err != nil {
+			return err
+		}
+	}
 	if sts, err := Status(ctx, o); err == nil {
 		var bad []string
 		for _, st := range sts {
@@ -99,6 +114,9 @@ func Up(ctx context.Context, s cli.IOStreams, o Options) error {
 			}
 		}
 		if len(bad) == 0 {
+			if real := RealNodesEnabled(o); real != o.RealNodes {
+				return fmt.Errorf("the sandbox in %s is up %s --real-nodes; to change that, `annexctl sandbox down` and up again", o.Dir, map[bool]string{true: "with", false: "without"}[real])
+			}
 			network := NetworkEnabled(o)
 			if o.Network && !network {
 				return fmt.Errorf("the sandbox in %s is up without --network; to add it, `annexctl sandbox down` and `annexctl sandbox up --network`", o.Dir)
@@ -121,6 +139,14 @@ func Up(ctx context.Context, s cli.IOStreams, o Options) error {
 		return err
 	}
 	start := time.Now()
+	if o.RealNodes {
+		if err := upReal(ctx, s, o); err != nil {
+			fmt.Fprintln(s.ErrOut, "Sandbox start failed; stopping what was started.")
+			_ = Down(context.Background(), cli.IOStreams{Out: io.Discard, ErrOut: s.ErrOut}, o)
+			return err
+		}
+		return printUp(ctx, s, o, start)
+	}
 	if o.Network {
 		// Recorded first, so that a failed start's Down removes the namespaces.
 		if err := writeJSON(filepath.Join(o.Dir, networkFile), networkState{Enabled: true}); err != nil {
@@ -153,6 +179,11 @@ func Up(ctx context.Context, s cli.IOStreams, o Options) error {
 		_ = Down(context.Background(), cli.IOStreams{Out: io.Discard, ErrOut: s.ErrOut}, o)
 		return err
 	}
+	return printUp(ctx, s, o, start)
+}
+
+// printUp says the sandbox is up and where its kubeconfigs are.
+func printUp(ctx context.Context, s cli.IOStreams, o Options, start time.Time) error {
 	sts, err := Status(ctx, o)
 	if err != nil {
 		return err
@@ -207,9 +238,9 @@ func Down(ctx context.Context, s cli.IOStreams, o Options) error {
 		fmt.Fprintf(s.Out, "No sandbox in %s; nothing to do.\n", o.Dir)
 		return nil
 	}
-	network := NetworkEnabled(o)
-	if network && os.Geteuid() != 0 {
-		return fmt.Errorf("the sandbox in %s runs with --network: removing its network namespaces needs root", o.Dir)
+	network, real := NetworkEnabled(o), RealNodesEnabled(o)
+	if (network || real) && os.Geteuid() != 0 {
+		return fmt.Errorf("the sandbox in %s runs with --network or --real-nodes: removing its network namespaces needs root", o.Dir)
 	}
 	// The pod network and the gateways first: they watch the clusters and
 	// hold the namespaces.
@@ -232,7 +263,7 @@ func Down(ctx context.Context, s cli.IOStreams, o Options) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("some processes could not be stopped; state kept in %s: %w", o.Dir, err)
 	}
-	if network {
+	if network || real {
 		if err := sandboxnet.Teardown(); err != nil {
 			return fmt.Errorf("remove the network namespaces (state kept in %s): %w", o.Dir, err)
 		}
@@ -254,6 +285,9 @@ type ClusterStatus struct {
 	Agent      AgentStatus                    `json:"agent"`
 	// Gateway is set when the sandbox runs with --network.
 	Gateway *GatewayStatus `json:"gateway,omitempty"`
+	// PeerServer is where the other clusters' agents reach this API
+	// server, with --real-nodes (`annexctl peer --remote-server`).
+	PeerServer string `json:"peerServer,omitempty"`
 }
 
 // AgentStatus is the health of a sandbox agent.
@@ -290,6 +324,9 @@ func Status(ctx context.Context, o Options) ([]ClusterStatus, error) {
 		if a, err := LoadAgent(dir); err == nil {
 			st.Agent = AgentStatus{PID: a.PID, Running: a.Running(), Log: a.Log}
 			st.Agent.Ready = st.Agent.Running && a.Ready(ctx)
+		} else if RealNodesEnabled(o) {
+			st.Agent = realAgentStatus(ctx, c)
+			st.PeerServer = PeerServer(o, spec.Name)
 		}
 		st.Gateway = gatewayStatus(o, spec.Name)
 		out = append(out, st)

@@ -410,11 +410,14 @@ func (r *Reconciler) write(ctx context.Context, cfg gateway.Config) error {
 		r.written = data
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(r.opts.ConfigPath), 0o755); err != nil { //nolint:gosec // G301: the file in it is 0600
+	if err := os.MkdirAll(filepath.Dir(r.opts.ConfigPath), 0o755); err != nil { //nolint:gosec // G301: the file in it is 0640
 		return err
 	}
 	tmp := r.opts.ConfigPath + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil { // it holds the private key
+	// It holds the private key: readable by the agent's user and group
+	// only; the gateway, root without CAP_DAC_OVERRIDE in the agent's
+	// pod, reads it through the group (the chart's runAsGroup).
+	if err := os.WriteFile(tmp, data, 0o640); err != nil { //nolint:gosec // G306: see above
 		return fmt.Errorf("write the gateway configuration: %w", err)
 	}
 	if err := os.Rename(tmp, r.opts.ConfigPath); err != nil {
