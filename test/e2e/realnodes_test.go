@@ -91,7 +91,7 @@ func TestRealNodes(t *testing.T) {
 		t.Fatalf("offload: %v\n%s", err, out)
 	}
 
-	web := echoDeployment("web", echo.Ref)
+	web := echoDeployment("web", echo)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: realNS, Name: "web"}, Spec: corev1.ServiceSpec{
 		Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(echoPort)}}}}
 	for _, o := range []client.Object{svc, web} {
@@ -179,7 +179,7 @@ func TestRealNodes(t *testing.T) {
 					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "once"}},
 					Spec: corev1.PodSpec{
 						RestartPolicy: corev1.RestartPolicyNever,
-						Containers:    []corev1.Container{echoContainer(echo.Ref, "/echo-server", "say", "job done")},
+						Containers:    []corev1.Container{echoContainer(echo, "/echo-server", "say", "job done")},
 					},
 				},
 			},
@@ -260,7 +260,7 @@ func TestRealNodes(t *testing.T) {
 
 	t.Run("a crashing container's restarts and exit code show on alpha", func(t *testing.T) {
 		// Connection refused: `get` exits 1.
-		crash := echoDeployment("crash", echo.Ref)
+		crash := echoDeployment("crash", echo)
 		c := &crash.Spec.Template.Spec.Containers[0]
 		c.Command = []string{"/echo-server", "get", "-timeout", "1s", "http://127.0.0.1:1/"}
 		c.ReadinessProbe = nil
@@ -368,31 +368,20 @@ func TestRealNodes(t *testing.T) {
 
 // startRealProvider builds the pause and echo images and starts the
 // provider cluster with one real node and no kwok node; Stop at cleanup.
-func startRealProvider(t *testing.T) (*localcluster.Cluster, ociimage.Image) {
+func startRealProvider(t *testing.T) (*localcluster.Cluster, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	imgDir := filepath.Join(env.dir, "images")
 	built := time.Now()
-	pause, err := ociimage.Pause(ctx, filepath.Join(imgDir, "pause.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	echo, err := ociimage.Echo(ctx, filepath.Join(imgDir, "echo.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent, err := ociimage.Agent(ctx, filepath.Join(imgDir, "annex-agent.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	imgDir := buildImages(t)
 	t.Logf("images built in %s", time.Since(built).Round(100*time.Millisecond))
 	start := time.Now()
 	c, err := localcluster.Start(ctx, localcluster.Options{
 		Name: realProvider, Dir: filepath.Join(env.dir, realProvider),
 		PodCIDR: realPodCIDR, ServiceCIDR: realServiceCIDR,
-		RealNodes: 1, Images: []string{pause.Path, echo.Path, agent.Path}, PauseImage: pause.Ref,
-		Progress: os.Stderr,
+		RealNodes: 1, Images: []string{filepath.Join(imgDir, "pause.tar"), filepath.Join(imgDir, "echo.tar"), filepath.Join(imgDir, "annex-agent.tar")},
+		PauseImage: ociimage.PauseRef(),
+		Progress:   os.Stderr,
 	})
 	if err != nil {
 		t.Fatalf("start %s: %v", realProvider, err)
@@ -406,7 +395,7 @@ func startRealProvider(t *testing.T) (*localcluster.Cluster, ociimage.Image) {
 	if kwok, real := c.NodeNames(), c.RealNodeNames(); len(kwok) != 0 || len(real) != 1 {
 		t.Fatalf("%s has kwok nodes %v and real nodes %v, want only one real node", realProvider, kwok, real)
 	}
-	return c, echo
+	return c, ociimage.EchoRef()
 }
 
 // installFromImage installs Annex into c as users do on real clusters:

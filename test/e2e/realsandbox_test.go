@@ -1,0 +1,217 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/cli/sandbox"
+	"github.com/annexhq/annex/internal/localcluster"
+	"github.com/annexhq/annex/internal/ociimage"
+	"github.com/annexhq/annex/internal/sandboxnet"
+)
+
+// TestRealNodeSandbox drives `annexctl sandbox up --real-nodes` as `make
+// demo` does as root: three clusters with a real node each, Annex installed
+// from its image (agent and gateway in a pod on the real node), peered
+// through the addresses the sandbox gives; a real container on alpha reaches
+// real containers on beta (by pod IP and by a Service's ClusterIP, through
+// kube-proxy and the gateways) and on gamma (by pod IP, remapped: gamma's
+// pod CIDR overlaps alpha's); `sandbox down` leaves no process or network
+// namespace behind.
+func TestRealNodeSandbox(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: real nodes need root (namespaces, mounts, cgroups, veth devices)")
+	}
+	if err := localcluster.CheckRealNodes(localcluster.DefaultBinDir()); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	if sandboxnet.NetnsExists(sandboxnet.UnderlayNetns()) {
+		t.Fatalf("network namespace %s exists: a sandbox with --network or --real-nodes is up on this machine; take it down (annexctl sandbox down) before the e2e tests", sandboxnet.UnderlayNetns())
+	}
+	ctx := context.Background()
+	images := buildImages(t)
+	dir := filepath.Join(env.dir, "real-sandbox")
+	flags := []string{"--dir", dir}
+	t.Cleanup(func() {
+		if out, err := annexctl(t, append([]string{"sandbox", "down"}, flags...)...); err != nil {
+			t.Errorf("sandbox down: %v\n%s", err, out)
+		}
+		if left := processesUnder(dir); len(left) > 0 {
+			t.Errorf("processes left after sandbox down: %v", left)
+		}
+		if sandboxnet.NetnsExists(sandboxnet.UnderlayNetns()) {
+			t.Errorf("network namespace %s left after sandbox down", sandboxnet.UnderlayNetns())
+		}
+	})
+	start := time.Now()
+	if out, err := annexctl(t, append([]string{"sandbox", "up", "--real-nodes", "--images", images}, flags...)...); err != nil {
+		t.Fatalf("sandbox up --real-nodes: %v\n%s", err, out)
+	}
+	t.Logf("sandbox up --real-nodes took %s", time.Since(start).Round(100*time.Millisecond))
+	if out, err := annexctl(t, append([]string{"sandbox", "up"}, flags...)...); err == nil || !strings.Contains(out, "--real-nodes") {
+		t.Errorf("sandbox up without --real-nodes on a real-node sandbox: %v\n%s", err, out)
+	}
+
+	out, err := annexctl(t, append([]string{"sandbox", "status", "-o", "json"}, flags...)...)
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	var st struct{ Clusters []sandbox.ClusterStatus }
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status -o json: %v\n%s", err, out)
+	}
+	servers := map[string]string{}
+	for _, c := range st.Clusters {
+		if !c.Healthy() || !strings.HasPrefix(c.PeerServer, "https://172.31.") {
+			t.Errorf("%s: healthy %v, peer server %q: %+v", c.Name, c.Healthy(), c.PeerServer, c)
+		}
+		servers[c.Name] = c.PeerServer
+	}
+	if len(servers) != 3 {
+		t.Fatalf("status shows %d clusters, want 3", len(servers))
+	}
+
+	clusters := map[string]*localcluster.Cluster{}
+	clients := map[string]client.Client{}
+	for _, name := range []string{"alpha", "beta", "gamma"} {
+		c, err := localcluster.Load(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clusters[name], clients[name] = c, crClient(t, c)
+		// Installed as users install it: the agent's pod, from the image,
+		// with the gateway beside it, on the real node.
+		pods := &corev1.PodList{}
+		if err := clients[name].List(ctx, pods, client.InNamespace(corev1alpha1.AgentNamespace), client.MatchingLabels{"app.kubernetes.io/name": "annex-agent"}); err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != c.RealNodeNames()[0] || len(pods.Items[0].Spec.Containers) != 2 ||
+			pods.Items[0].Spec.Containers[0].Image != ociimage.AgentRef() || !pods.Items[0].Spec.HostNetwork {
+			t.Fatalf("%s: agent pods %s, want one on %s with the agent and gateway containers of %s on the host network", name, describePods(pods.Items), c.RealNodeNames()[0], ociimage.AgentRef())
+		}
+	}
+	alpha := clusters["alpha"]
+	for _, p := range []string{"beta", "gamma"} {
+		if out, err := annexctl(t, "peer", "--kubeconfig", alpha.KubeconfigPath(), "--remote-kubeconfig", clusters[p].KubeconfigPath(),
+			"--remote-server", servers[p], "--cpu", "2", "--memory", "4Gi", "--pods", "20"); err != nil {
+			t.Fatalf("peer with %s: %v\n%s", p, err, out)
+		}
+	}
+	ca := clients["alpha"]
+	const ns = "across"
+	if err := ca.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := annexctl(t, "offload", "namespace", ns, "--kubeconfig", alpha.KubeconfigPath(), "--pod-strategy", "Remote"); err != nil {
+		t.Fatalf("offload: %v\n%s", err, out)
+	}
+	echo := ociimage.EchoRef()
+	onProvider := func(name, provider string) *appsv1.Deployment {
+		d := echoDeployment(name, echo)
+		d.Namespace = ns
+		d.Spec.Template.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "annex-" + provider}
+		return d
+	}
+	client0 := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "client"}, Spec: corev1.PodSpec{
+		TerminationGracePeriodSeconds: ptr.To(int64(1)),
+		Containers:                    []corev1.Container{echoContainer(echo, "/echo-server", "serve")},
+	}}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}, Spec: corev1.ServiceSpec{
+		Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(echoPort)}}}}
+	for _, o := range []client.Object{onProvider("web", "beta"), onProvider("far", "gamma"), svc, client0} {
+		if err := ca.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	podIP := map[string]string{}
+	for app, provider := range map[string]string{"web": "beta", "far": "gamma"} {
+		eventually(t, 90*time.Second, "pod of "+app+" Ready on annex-"+provider, func() error {
+			return podsReady(ctx, ca, ns, "app="+app, 1, func(p *corev1.Pod) error {
+				podIP[provider] = p.Status.PodIP
+				return nil
+			})
+		})
+	}
+	eventually(t, 60*time.Second, "client Ready on alpha's real node", func() error {
+		return podsReady(ctx, ca, "default", "", 1, func(p *corev1.Pod) error {
+			if p.Name != "client" || p.Spec.NodeName != alpha.RealNodeNames()[0] {
+				return fmt.Errorf("pod %s on %q", p.Name, p.Spec.NodeName)
+			}
+			return nil
+		})
+	})
+	clusterIP := func() string {
+		s := &corev1.Service{}
+		if err := ca.Get(ctx, client.ObjectKeyFromObject(svc), s); err != nil {
+			t.Fatal(err)
+		}
+		return s.Spec.ClusterIP
+	}()
+
+	// get asks the client's container to GET url and checks which node
+	// answered.
+	get := func(what, url, wantNode string) {
+		t.Helper()
+		var body string
+		eventually(t, 30*time.Second, what, func() error {
+			out, stderr, err := kubectl(alpha.KubeconfigPath(), "exec", "client", "--", "/echo-server", "get", url)
+			body = out
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, stderr)
+			}
+			if !strings.Contains(out, `"node":"`+wantNode+`"`) {
+				return fmt.Errorf("answer %q is not from %s", out, wantNode)
+			}
+			return nil
+		})
+		t.Logf("%s: %s", what, strings.TrimSpace(body))
+	}
+	get("alpha's client to beta's pod by its IP", "http://"+podIP["beta"]+":8080/", clusters["beta"].RealNodeNames()[0])
+	get("alpha's client to gamma's pod by its remapped IP", "http://"+podIP["gamma"]+":8080/", clusters["gamma"].RealNodeNames()[0])
+	for i := range 3 {
+		get(fmt.Sprintf("alpha's client to Service web's ClusterIP %s (%d)", clusterIP, i+1), "http://"+clusterIP+"/", clusters["beta"].RealNodeNames()[0])
+	}
+}
+
+// buildImages writes the pause, echo and agent images into the e2e
+// directory (unchanged ones are kept) and returns that directory.
+func buildImages(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := filepath.Join(env.dir, "images")
+	for name, build := range map[string]func(context.Context, string) (ociimage.Image, error){
+		"pause.tar": ociimage.Pause, "echo.tar": ociimage.Echo, "annex-agent.tar": ociimage.Agent,
+	} {
+		if _, err := build(ctx, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func describePods(pods []corev1.Pod) string {
+	var out []string
+	for _, p := range pods {
+		var images []string
+		for _, c := range p.Spec.Containers {
+			images = append(images, c.Name+"="+c.Image)
+		}
+		out = append(out, fmt.Sprintf("%s on %q (hostNetwork %v, %s)", p.Name, p.Spec.NodeName, p.Spec.HostNetwork, strings.Join(images, ",")))
+	}
+	return "[" + strings.Join(out, "; ") + "]"
+}
