@@ -373,6 +373,15 @@ func (d *Dataplane) removeLink(name string, l Link) {
 //     the link whose routes or transit addresses hold its destination, as
 //     seen before the translation (after it, the destination may lie in
 //     this cluster's own pod CIDR).
+//   - chain "mark-after-dnat" (prerouting, just after destination NAT)
+//     marks what "mark" could not: packets that another table's DNAT
+//     (kube-proxy's, from a Service's ClusterIP) sent into a link's
+//     routes. Packets that are no replies, still unmarked and not from a
+//     link take the link whose routes hold their translated destination.
+//     A ClusterIP whose endpoint is in a remapped route is not translated
+//     into the peer's view as well (a connection gets one DNAT per hook):
+//     its packets reach the peer untranslated, and the peer's accept set
+//     drops them.
 //   - chain "dnat": transit addresses to the pods' addresses in their
 //     cluster's view, then each link's netmap from this cluster's view of
 //     the peer to the peer's own.
@@ -399,6 +408,8 @@ func programNAT(c Config) error {
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
 	snat := n.AddChain(&nftables.Chain{Name: "snat", Table: tbl, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	markDNAT := n.AddChain(&nftables.Chain{Name: "mark-after-dnat", Table: tbl, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest + 1)})
 	inbound := n.AddChain(&nftables.Chain{Name: "inbound", Table: tbl})
 	add := func(ch *nftables.Chain, exprs ...expr.Any) {
 		n.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: exprs})
@@ -430,6 +441,20 @@ func programNAT(c Config) error {
 			&expr.Verdict{Kind: expr.VerdictReturn})
 	}
 	add(inbound, &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
+	// After DNAT, only what "mark" left alone: no replies, no marked
+	// packets, nothing from a link.
+	add(markDNAT,
+		&expr.Ct{Key: expr.CtKeyDIRECTION, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{ctDirReply}},
+		&expr.Verdict{Kind: expr.VerdictAccept})
+	add(markDNAT,
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}},
+		&expr.Verdict{Kind: expr.VerdictAccept})
+	add(markDNAT,
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(devicePrefix)}, // any link's device
+		&expr.Verdict{Kind: expr.VerdictAccept})
 	for _, l := range c.Links {
 		id := markBase + linkID(l.Peer)
 		dev := DeviceName(l.Peer)
@@ -447,6 +472,7 @@ func programNAT(c Config) error {
 		}, setMark(expr.CtKeyMARK, false)...)...)
 		for _, r := range l.Routes {
 			add(mark, append(matchPrefix(16, r), setMark(0, true)...)...)
+			add(markDNAT, append(matchPrefix(16, r), setMark(0, true)...)...)
 		}
 		for _, t := range l.Transit {
 			add(mark, append(matchPrefix(16, netip.PrefixFrom(t.Address, 32)), setMark(0, true)...)...)
