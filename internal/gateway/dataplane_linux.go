@@ -33,18 +33,26 @@ const mtu = 1420
 const ctDirReply = 1
 
 // markBase and tableBase place each link's firewall mark and routing table
-// (base + a 15-bit hash of the peer) away from values others use.
+// (base + the link's ID) away from values others use.
 const (
 	markBase  = 0x4e580000
 	tableBase = 0x4e580000
 	rulePrio  = 1000
 )
 
-// linkID is the stable number of the link with peer.
+// maxLinkID is the largest link ID. IDs stay clear of mark bits 0x4000 and
+// 0x8000: kube-proxy, in the same namespace when the gateway runs on a
+// node's host network, masquerades packets with 0x4000 set, drops those
+// with 0x8000 set, and ORs 0x4000 into the marks of packets it wants
+// masqueraded.
+const maxLinkID = 0x2000
+
+// linkID is the stable number of the link with peer, 1 to maxLinkID (a
+// 13-bit hash of the peer, plus 1).
 func linkID(peer string) uint32 {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(peer))
-	return h.Sum32()&0x7fff + 1
+	return h.Sum32()&(maxLinkID-1) + 1
 }
 
 // Dataplane programs the network namespace it was created in.
@@ -321,7 +329,9 @@ func unreachableRoute(id uint32) *netlink.Route {
 // pruneRouting removes the policy rules and routing tables of links whose
 // ID is not in keep: every rule of rules with the gateway's priority and a
 // mark in its range, and the unreachable route of the table it points to
-// (the device's route went with the device).
+// (the device's route went with the device). The range goes up to 0x8000,
+// beyond maxLinkID: link IDs were 15-bit hashes before, and the rules of a
+// gateway from then are removed too.
 func pruneRouting(rules []netlink.Rule, keep map[uint32]string) error {
 	var errs []error
 	for _, r := range rules {

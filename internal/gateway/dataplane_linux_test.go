@@ -646,3 +646,44 @@ func (tp *topology) dnatService(ns string, svc, endpoint netip.AddrPort) {
 		tp.t.Fatalf("kube-proxy's rule in %s: %v", ns, err)
 	}
 }
+
+// TestLinkIDClearOfKubeProxyMarks checks that no link's mark or table has
+// kube-proxy's bits 0x4000 or 0x8000, and that many peers' IDs spread
+// over the whole range, 1 to maxLinkID.
+func TestLinkIDClearOfKubeProxyMarks(t *testing.T) {
+	names := func(format string, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf(format, i)
+		}
+		return out
+	}
+	type span struct{ Min, Max uint32 }
+	for _, tc := range []struct {
+		name  string
+		peers []string
+		want  span
+	}{
+		{"numbered", names("cluster-%d", 100000), span{1, maxLinkID}},
+		{"hex", names("%x", 100000), span{1, maxLinkID}},
+		{"letters", strings.Split("abcdefghijklmnopqrstuvwxyz", ""), span{}},
+		{"sandbox", []string{"alpha", "beta", "gamma"}, span{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := span{Min: ^uint32(0)}
+			for _, peer := range tc.peers {
+				id := linkID(peer)
+				if id == 0 || id > maxLinkID || (markBase+id)&0xc000 != 0 || (tableBase+id)&0xc000 != 0 {
+					t.Fatalf("link %q: ID %#x, mark %#x, table %#x", peer, id, markBase+id, tableBase+id)
+				}
+				got.Min, got.Max = min(got.Min, id), max(got.Max, id)
+			}
+			if tc.want == (span{}) {
+				return
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("range of the IDs (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
