@@ -8,6 +8,15 @@
 // peer's own, sources from this cluster's own ranges to the peer's view of
 // them. Replies are undone by connection tracking.
 //
+// On a node's host network the gateway shares its namespace with kube-proxy.
+// A pod's packet to a Service whose endpoint is behind a link gets its
+// destination translated by kube-proxy after the gateway chose the link by
+// destination, so a second chain chooses again, just after destination NAT,
+// for packets still without a link. (Such an endpoint in a remapped range
+// gets kube-proxy's translation only, not the gateway's, and is not
+// reached.) Link marks keep clear of the bits kube-proxy masquerades and
+// drops by, 0x4000 and 0x8000.
+//
 // Each link has its own accept list: the destinations, in this cluster's
 // own addresses, that the peer may open connections to (by default the
 // pods of that peer's remote namespaces here and the transit addresses it

@@ -33,18 +33,26 @@ const mtu = 1420
 const ctDirReply = 1
 
 // markBase and tableBase place each link's firewall mark and routing table
-// (base + a 15-bit hash of the peer) away from values others use.
+// (base + the link's ID) away from values others use.
 const (
 	markBase  = 0x4e580000
 	tableBase = 0x4e580000
 	rulePrio  = 1000
 )
 
-// linkID is the stable number of the link with peer.
+// maxLinkID is the largest link ID. IDs stay clear of mark bits 0x4000 and
+// 0x8000: kube-proxy, in the same namespace when the gateway runs on a
+// node's host network, masquerades packets with 0x4000 set, drops those
+// with 0x8000 set, and ORs 0x4000 into the marks of packets it wants
+// masqueraded.
+const maxLinkID = 0x2000
+
+// linkID is the stable number of the link with peer, 1 to maxLinkID (a
+// 13-bit hash of the peer, plus 1).
 func linkID(peer string) uint32 {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(peer))
-	return h.Sum32()&0x7fff + 1
+	return h.Sum32()&(maxLinkID-1) + 1
 }
 
 // Dataplane programs the network namespace it was created in.
@@ -321,7 +329,9 @@ func unreachableRoute(id uint32) *netlink.Route {
 // pruneRouting removes the policy rules and routing tables of links whose
 // ID is not in keep: every rule of rules with the gateway's priority and a
 // mark in its range, and the unreachable route of the table it points to
-// (the device's route went with the device).
+// (the device's route went with the device). The range goes up to 0x8000,
+// beyond maxLinkID: link IDs were 15-bit hashes before, and the rules of a
+// gateway from then are removed too.
 func pruneRouting(rules []netlink.Rule, keep map[uint32]string) error {
 	var errs []error
 	for _, r := range rules {
@@ -373,6 +383,15 @@ func (d *Dataplane) removeLink(name string, l Link) {
 //     the link whose routes or transit addresses hold its destination, as
 //     seen before the translation (after it, the destination may lie in
 //     this cluster's own pod CIDR).
+//   - chain "mark-after-dnat" (prerouting, just after destination NAT)
+//     marks what "mark" could not: packets that another table's DNAT
+//     (kube-proxy's, from a Service's ClusterIP) sent into a link's
+//     routes. Packets that are no replies, still unmarked and not from a
+//     link take the link whose routes hold their translated destination.
+//     A ClusterIP whose endpoint is in a remapped route is not translated
+//     into the peer's view as well (a connection gets one DNAT per hook):
+//     its packets reach the peer untranslated, and the peer's accept set
+//     drops them.
 //   - chain "dnat": transit addresses to the pods' addresses in their
 //     cluster's view, then each link's netmap from this cluster's view of
 //     the peer to the peer's own.
@@ -399,6 +418,8 @@ func programNAT(c Config) error {
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
 	snat := n.AddChain(&nftables.Chain{Name: "snat", Table: tbl, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	markDNAT := n.AddChain(&nftables.Chain{Name: "mark-after-dnat", Table: tbl, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest + 1)})
 	inbound := n.AddChain(&nftables.Chain{Name: "inbound", Table: tbl})
 	add := func(ch *nftables.Chain, exprs ...expr.Any) {
 		n.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: exprs})
@@ -430,6 +451,20 @@ func programNAT(c Config) error {
 			&expr.Verdict{Kind: expr.VerdictReturn})
 	}
 	add(inbound, &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
+	// After DNAT, only what "mark" left alone: no replies, no marked
+	// packets, nothing from a link.
+	add(markDNAT,
+		&expr.Ct{Key: expr.CtKeyDIRECTION, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{ctDirReply}},
+		&expr.Verdict{Kind: expr.VerdictAccept})
+	add(markDNAT,
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}},
+		&expr.Verdict{Kind: expr.VerdictAccept})
+	add(markDNAT,
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(devicePrefix)}, // any link's device
+		&expr.Verdict{Kind: expr.VerdictAccept})
 	for _, l := range c.Links {
 		id := markBase + linkID(l.Peer)
 		dev := DeviceName(l.Peer)
@@ -447,6 +482,7 @@ func programNAT(c Config) error {
 		}, setMark(expr.CtKeyMARK, false)...)...)
 		for _, r := range l.Routes {
 			add(mark, append(matchPrefix(16, r), setMark(0, true)...)...)
+			add(markDNAT, append(matchPrefix(16, r), setMark(0, true)...)...)
 		}
 		for _, t := range l.Transit {
 			add(mark, append(matchPrefix(16, netip.PrefixFrom(t.Address, 32)), setMark(0, true)...)...)

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,7 +21,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // The test binary doubles as the pods' HTTP server and client, run inside
@@ -103,14 +108,8 @@ func newTopology(t *testing.T) *topology {
 	if out, err := exec.Command("go", "build", "-o", tp.gwBin, "github.com/annexhq/annex/cmd/annex-gateway").CombinedOutput(); err != nil {
 		t.Fatalf("build annex-gateway: %v\n%s", err, out)
 	}
-	t.Cleanup(func() {
-		for _, n := range []string{"ra", "rb", "pa", "pb", "pa2"} {
-			_ = exec.Command("ip", "netns", "del", tp.ns(n)).Run()
-		}
-	})
-	for _, n := range []string{"ra", "rb", "pa", "pb", "pa2"} {
-		tp.ip("netns", "add", tp.ns(n))
-		tp.ip("-n", tp.ns(n), "link", "set", "lo", "up")
+	for _, n := range []string{"ra", "rb", "pa", "pb"} {
+		tp.addNS(n)
 	}
 	tp.ip("link", "add", "u0", "netns", tp.ns("ra"), "type", "veth", "peer", "name", "u0", "netns", tp.ns("rb"))
 	tp.ip("-n", tp.ns("ra"), "addr", "add", "192.0.2.1/30", "dev", "u0")
@@ -129,17 +128,33 @@ func newTopology(t *testing.T) *topology {
 		}
 		tp.serve("p"+s, "10.200.0.5:8080", "pod "+s)
 	}
-	// pa2, on a's router by its own veth and a host route.
-	ra, pa2 := tp.ns("ra"), tp.ns("pa2")
-	tp.ip("link", "add", "eth0", "netns", pa2, "type", "veth", "peer", "name", "pod1", "netns", ra)
-	tp.ip("-n", pa2, "addr", "add", "10.200.0.6/32", "dev", "eth0")
-	tp.ip("-n", pa2, "link", "set", "eth0", "up")
-	tp.ip("-n", pa2, "route", "add", "10.200.0.1/32", "dev", "eth0")
-	tp.ip("-n", pa2, "route", "add", "default", "via", "10.200.0.1")
-	tp.ip("-n", ra, "link", "set", "pod1", "up")
-	tp.ip("-n", ra, "route", "add", "10.200.0.6/32", "dev", "pod1")
-	tp.serve("pa2", "10.200.0.6:8080", "pod a2")
+	tp.addPod("ra", "pa2", "10.200.0.6", "pod a2")
 	return tp
+}
+
+// addNS adds namespace name (with lo up) until the test ends.
+func (tp *topology) addNS(name string) {
+	tp.t.Helper()
+	tp.t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", tp.ns(name)).Run() })
+	tp.ip("netns", "add", tp.ns(name))
+	tp.ip("-n", tp.ns(name), "link", "set", "lo", "up")
+}
+
+// addPod adds pod namespace p with address addr, on router r by its own
+// veth (pod1 on the router's side) and a host route, serving answer on
+// addr:8080.
+func (tp *topology) addPod(r, p, addr, answer string) {
+	tp.t.Helper()
+	tp.addNS(p)
+	rn, pn := tp.ns(r), tp.ns(p)
+	tp.ip("link", "add", "eth0", "netns", pn, "type", "veth", "peer", "name", "pod1", "netns", rn)
+	tp.ip("-n", pn, "addr", "add", addr+"/32", "dev", "eth0")
+	tp.ip("-n", pn, "link", "set", "eth0", "up")
+	tp.ip("-n", pn, "route", "add", "10.200.0.1/32", "dev", "eth0")
+	tp.ip("-n", pn, "route", "add", "default", "via", "10.200.0.1")
+	tp.ip("-n", rn, "link", "set", "pod1", "up")
+	tp.ip("-n", rn, "route", "add", addr+"/32", "dev", "pod1")
+	tp.serve(p, addr+":8080", answer)
 }
 
 // serve runs an HTTP server answering answer on addr in namespace ns until
@@ -348,6 +363,10 @@ func (tp *topology) get(ns, url string) (string, error) {
 	cmd := tp.in(ns, self)
 	cmd.Env = append(os.Environ(), helperEnv+"=get="+url)
 	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		err = fmt.Errorf("%w: %s", err, bytes.TrimSpace(exit.Stderr))
+	}
 	return string(out), err
 }
 
@@ -566,5 +585,105 @@ func TestTunnelWithOverlappingCIDRs(t *testing.T) {
 	}
 	if got := tp.nftRules("rb"); got != nil {
 		t.Errorf("nftables table still there after the gateway stopped: %v", got)
+	}
+}
+
+// TestServiceToRemotePod is a pod asking a Service whose endpoint is a
+// remote pod, on a gateway that shares its namespace with kube-proxy (the
+// host network of a node): kube-proxy translates the ClusterIP after the
+// gateway's "mark" chain has looked at the destination, and the packet
+// must still take the link.
+func TestServiceToRemotePod(t *testing.T) {
+	tp := newTopology(t)
+	p := netip.MustParsePrefix
+	aPriv, aPub := mustKey(t)
+	bPriv, bPub := mustKey(t)
+	// The pod CIDRs overlap and are remapped as in
+	// TestTunnelWithOverlappingCIDRs; b's external CIDR, where pb2 is, is
+	// routed by a as it is.
+	own, view, bExternal := p("10.200.0.0/24"), p("100.64.0.0/24"), p("10.201.0.0/24")
+	tp.addPod("rb", "pb2", "10.201.0.7", "pod b2")
+	cfgA := Config{Links: []Link{{Peer: "b", ListenPort: 51820, PrivateKey: aPriv, PeerPublicKey: bPub,
+		PeerEndpoint: netip.MustParseAddrPort("192.0.2.2:51820"), Routes: []netip.Prefix{view, bExternal},
+		DNAT: []Netmap{{From: view, To: own}}, SNAT: []Netmap{{From: own, To: view}},
+		AllowedSources: []netip.Prefix{own, view, bExternal}}}}
+	cfgB := Config{Links: []Link{{Peer: "a", ListenPort: 51820, PrivateKey: bPriv, PeerPublicKey: aPub,
+		PeerEndpoint: netip.MustParseAddrPort("192.0.2.1:51820"), Routes: []netip.Prefix{view},
+		DNAT: []Netmap{{From: view, To: own}}, SNAT: []Netmap{{From: own, To: view}},
+		AllowedSources: []netip.Prefix{own, view}, Accept: []netip.Prefix{own, bExternal}}}}
+	tp.dnatService("ra", netip.MustParseAddrPort("10.96.0.10:80"), netip.MustParseAddrPort("10.201.0.7:8080"))
+	tp.startGateway("ra", cfgA)
+	tp.startGateway("rb", cfgB)
+
+	tp.eventuallyGet("pa", "http://10.201.0.7:8080/", "pod b2") // the link, without the Service
+	if got, err := tp.get("pa", "http://10.96.0.10/"); err != nil || got != "pod b2" {
+		t.Errorf("GET the Service from a's pod: %q, %v; want %q", got, err, "pod b2")
+	}
+}
+
+// dnatService adds to namespace ns what kube-proxy's iptables-nft rules
+// amount to for a Service: in a table of the test's own, a NAT chain at
+// prerouting, priority -100, that translates TCP to svc into endpoint.
+func (tp *topology) dnatService(ns string, svc, endpoint netip.AddrPort) {
+	tp.t.Helper()
+	n := tp.nftConn(ns)
+	tbl := n.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "test-kube-proxy"})
+	ch := n.AddChain(&nftables.Chain{Name: "services", Table: tbl, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
+	dst, to := svc.Addr().As4(), endpoint.Addr().As4()
+	n.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: dst[:]},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(svc.Port())},
+		&expr.Immediate{Register: 1, Data: to[:]},
+		&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(endpoint.Port())},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(nftables.TableFamilyIPv4), RegAddrMin: 1, RegProtoMin: 2},
+	}})
+	if err := n.Flush(); err != nil {
+		tp.t.Fatalf("kube-proxy's rule in %s: %v", ns, err)
+	}
+}
+
+// TestLinkIDClearOfKubeProxyMarks checks that no link's mark or table has
+// kube-proxy's bits 0x4000 or 0x8000, and that many peers' IDs spread
+// over the whole range, 1 to maxLinkID.
+func TestLinkIDClearOfKubeProxyMarks(t *testing.T) {
+	names := func(format string, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf(format, i)
+		}
+		return out
+	}
+	type span struct{ Min, Max uint32 }
+	for _, tc := range []struct {
+		name  string
+		peers []string
+		want  span
+	}{
+		{"numbered", names("cluster-%d", 100000), span{1, maxLinkID}},
+		{"hex", names("%x", 100000), span{1, maxLinkID}},
+		{"letters", strings.Split("abcdefghijklmnopqrstuvwxyz", ""), span{}},
+		{"sandbox", []string{"alpha", "beta", "gamma"}, span{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := span{Min: ^uint32(0)}
+			for _, peer := range tc.peers {
+				id := linkID(peer)
+				if id == 0 || id > maxLinkID || (markBase+id)&0xc000 != 0 || (tableBase+id)&0xc000 != 0 {
+					t.Fatalf("link %q: ID %#x, mark %#x, table %#x", peer, id, markBase+id, tableBase+id)
+				}
+				got.Min, got.Max = min(got.Min, id), max(got.Max, id)
+			}
+			if tc.want == (span{}) {
+				return
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("range of the IDs (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
