@@ -140,7 +140,7 @@ func TestRealNodes(t *testing.T) {
 		t.Fatal("no pod of web to go on with")
 	}
 
-	t.Run("kubectl logs, exec and port-forward on alpha reach the container", func(t *testing.T) {
+	t.Run("kubectl logs (--limit-bytes, --all-containers, --since), exec, attach and port-forward on alpha reach the container", func(t *testing.T) {
 		kc := alpha.KubeconfigPath()
 		var logs string
 		eventually(t, 30*time.Second, "kubectl logs shows the server's start", func() error {
@@ -158,6 +158,20 @@ func TestRealNodes(t *testing.T) {
 		out, stderr, err := kubectl(kc, "-n", realNS, "exec", webPod, "--", "/echo-server", "say", "hi", "from", "the", "real", "node")
 		if err != nil || out != "hi from the real node\n" {
 			t.Errorf("kubectl exec say: %q %q %v", out, stderr, err)
+		}
+		out, stderr, err = kubectl(kc, "-n", realNS, "logs", "--limit-bytes", "20", "--all-containers", webPod)
+		if err != nil || len(out) != 20 || !strings.HasPrefix(logs, out) {
+			t.Errorf("kubectl logs --limit-bytes 20 --all-containers: %q %q %v; want the log's first 20 bytes", out, stderr, err)
+		}
+		if out, stderr, err := kubectl(kc, "-n", realNS, "logs", "--since", "1h", webPod); err != nil || !strings.Contains(out, "msg=listening") {
+			t.Errorf("kubectl logs --since 1h: %q %q %v", out, stderr, err)
+		}
+		// attach: the container's output as it is written (the readiness
+		// probe's requests, every second).
+		if line, err := kubectlAttachLine(kc, realNS, webPod, "msg=request"); err != nil {
+			t.Errorf("kubectl attach: %v", err)
+		} else {
+			t.Logf("kubectl attach: %s", line)
 		}
 		body, err := kubectlPortForwardGet(t, kc, realNS, webPod, echoPort)
 		if err != nil {
@@ -258,7 +272,7 @@ func TestRealNodes(t *testing.T) {
 		}
 	})
 
-	t.Run("a crashing container's restarts and exit code show on alpha", func(t *testing.T) {
+	t.Run("a crashing container's restarts, exit code and previous log show on alpha", func(t *testing.T) {
 		// Connection refused: `get` exits 1.
 		crash := echoDeployment("crash", echo)
 		c := &crash.Spec.Template.Spec.Containers[0]
@@ -283,6 +297,14 @@ func TestRealNodes(t *testing.T) {
 			return nil
 		})
 		t.Logf("on alpha: restartCount %d, last terminated with %d (%s)", got.RestartCount, got.LastTerminationState.Terminated.ExitCode, got.LastTerminationState.Terminated.Reason)
+		pods := &corev1.PodList{}
+		if err := ca.List(ctx, pods, client.InNamespace(realNS), client.MatchingLabels{"app": "crash"}); err != nil || len(pods.Items) != 1 {
+			t.Fatalf("pods of crash: %d, %v", len(pods.Items), err)
+		}
+		out, stderr, err := kubectl(alpha.KubeconfigPath(), "-n", realNS, "logs", "--previous", pods.Items[0].Name)
+		if err != nil || !strings.Contains(out, "echo-server get:") || !strings.Contains(out, "connection refused") {
+			t.Errorf("kubectl logs --previous of %s: %q %q %v; want the exited container's error", pods.Items[0].Name, out, stderr, err)
+		}
 		if err := ca.Delete(ctx, crash); err != nil {
 			t.Error(err)
 		}
@@ -472,6 +494,32 @@ func kubectl(kubeconfig string, args ...string) (stdout, stderr string, err erro
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()
 	return out.String(), errOut.String(), err
+}
+
+// kubectlAttachLine runs `kubectl attach` to the pod's container and
+// returns the first line of its output that contains want, giving up after
+// 20 s.
+func kubectlAttachLine(kubeconfig, ns, pod, want string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(localcluster.DefaultBinDir(), "kubectl"), "--kubeconfig", kubeconfig, "-n", ns, "attach", pod)
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), want) {
+			return sc.Text(), nil
+		}
+	}
+	return "", fmt.Errorf("no line with %q in its output (%v); stderr %q", want, ctx.Err(), errOut.String())
 }
 
 var forwardingFrom = regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) ->`)
