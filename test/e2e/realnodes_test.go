@@ -310,6 +310,33 @@ func TestRealNodes(t *testing.T) {
 		}
 	})
 
+	t.Run("a container that cannot start says why on alpha", func(t *testing.T) {
+		missing := echoDeployment("noimage", "annex.dev/missing:v0")
+		missing.Spec.Template.Spec.Containers[0].ReadinessProbe = nil
+		if err := ca.Create(ctx, missing); err != nil {
+			t.Fatal(err)
+		}
+		var got corev1.ContainerStatus
+		eventually(t, 60*time.Second, "noimage's container waiting with the kubelet's reason", func() error {
+			pods := &corev1.PodList{}
+			if err := ca.List(ctx, pods, client.InNamespace(realNS), client.MatchingLabels{"app": "noimage"}); err != nil {
+				return err
+			}
+			if len(pods.Items) != 1 || len(pods.Items[0].Status.ContainerStatuses) != 1 {
+				return fmt.Errorf("%d pods", len(pods.Items))
+			}
+			got = pods.Items[0].Status.ContainerStatuses[0]
+			if w := got.State.Waiting; w == nil || w.Reason != "ErrImageNeverPull" || !strings.Contains(w.Message, "annex.dev/missing:v0") {
+				return fmt.Errorf("container status %+v", got)
+			}
+			return nil
+		})
+		t.Logf("on alpha: waiting %s: %s", got.State.Waiting.Reason, got.State.Waiting.Message)
+		if err := ca.Delete(ctx, missing); err != nil {
+			t.Error(err)
+		}
+	})
+
 	t.Run("a readiness probe failing in the container takes the pod and its endpoint out", func(t *testing.T) {
 		kc := alpha.KubeconfigPath()
 		flip := func(state string) {
