@@ -40,9 +40,6 @@ func SetupNodes(ctx context.Context, nodes []Node) error {
 }
 
 func (n naming) setupNodes(ctx context.Context, nodes []Node) error {
-	if err := requireRoot(); err != nil {
-		return err
-	}
 	clusters := make([]Cluster, len(nodes))
 	for i, nd := range nodes {
 		if !nd.API.Is4() {
@@ -50,24 +47,12 @@ func (n naming) setupNodes(ctx context.Context, nodes []Node) error {
 		}
 		clusters[i] = nd.Cluster
 	}
-	if err := validateClusters(clusters); err != nil {
-		return err
-	}
-	ul, ulh, br, err := n.ensureUnderlay()
-	if err != nil {
-		return err
-	}
-	defer ul.Close()
-	defer ulh.Close()
-	for _, nd := range nodes {
-		if err := ctx.Err(); err != nil {
-			return err
+	return n.onUnderlay(ctx, clusters, func(i int, ul netns.NsHandle, ulh *netlink.Handle, br netlink.Link) error {
+		if err := n.setupNode(nodes[i], nodes, ul, ulh, br); err != nil {
+			return fmt.Errorf("node of %s (%s): %w", nodes[i].Cluster.Name, nodes[i].Netns, err)
 		}
-		if err := n.setupNode(nd, nodes, ul, ulh, br); err != nil {
-			return fmt.Errorf("node of %s (%s): %w", nd.Cluster.Name, nd.Netns, err)
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (n naming) setupNode(nd Node, all []Node, ul netns.NsHandle, ulh *netlink.Handle, br netlink.Link) error {

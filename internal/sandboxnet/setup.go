@@ -29,6 +29,18 @@ func Setup(ctx context.Context, clusters []Cluster) error {
 func Teardown() error { return defaultNaming.teardown() }
 
 func (n naming) setup(ctx context.Context, clusters []Cluster) error {
+	return n.onUnderlay(ctx, clusters, func(i int, ul netns.NsHandle, ulh *netlink.Handle, br netlink.Link) error {
+		c := clusters[i]
+		if err := n.setupRouter(c, ul, ulh, br); err != nil {
+			return fmt.Errorf("router of %s (%s): %w", c.Name, n.router(c.Name), err)
+		}
+		return nil
+	})
+}
+
+// onUnderlay checks the clusters, makes the underlay and calls f for each
+// cluster in turn, with the underlay's namespace, netlink handle and bridge.
+func (n naming) onUnderlay(ctx context.Context, clusters []Cluster, f func(i int, ul netns.NsHandle, ulh *netlink.Handle, br netlink.Link) error) error {
 	if err := requireRoot(); err != nil {
 		return err
 	}
@@ -41,12 +53,12 @@ func (n naming) setup(ctx context.Context, clusters []Cluster) error {
 	}
 	defer ul.Close()
 	defer ulh.Close()
-	for _, c := range clusters {
+	for i := range clusters {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := n.setupRouter(c, ul, ulh, br); err != nil {
-			return fmt.Errorf("router of %s (%s): %w", c.Name, n.router(c.Name), err)
+		if err := f(i, ul, ulh, br); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -282,28 +282,21 @@ func TestRealNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got corev1.ContainerStatus
+		var crashPod string
 		eventually(t, 90*time.Second, "crash's container restarted after exiting 1", func() error {
-			pods := &corev1.PodList{}
-			if err := ca.List(ctx, pods, client.InNamespace(realNS), client.MatchingLabels{"app": "crash"}); err != nil {
+			var err error
+			if crashPod, got, err = onlyContainer(ctx, ca, "crash"); err != nil {
 				return err
 			}
-			if len(pods.Items) != 1 || len(pods.Items[0].Status.ContainerStatuses) != 1 {
-				return fmt.Errorf("%d pods", len(pods.Items))
-			}
-			got = pods.Items[0].Status.ContainerStatuses[0]
 			if got.RestartCount < 1 || got.LastTerminationState.Terminated == nil || got.LastTerminationState.Terminated.ExitCode != 1 {
 				return fmt.Errorf("container status %+v", got)
 			}
 			return nil
 		})
 		t.Logf("on alpha: restartCount %d, last terminated with %d (%s)", got.RestartCount, got.LastTerminationState.Terminated.ExitCode, got.LastTerminationState.Terminated.Reason)
-		pods := &corev1.PodList{}
-		if err := ca.List(ctx, pods, client.InNamespace(realNS), client.MatchingLabels{"app": "crash"}); err != nil || len(pods.Items) != 1 {
-			t.Fatalf("pods of crash: %d, %v", len(pods.Items), err)
-		}
-		out, stderr, err := kubectl(alpha.KubeconfigPath(), "-n", realNS, "logs", "--previous", pods.Items[0].Name)
+		out, stderr, err := kubectl(alpha.KubeconfigPath(), "-n", realNS, "logs", "--previous", crashPod)
 		if err != nil || !strings.Contains(out, "echo-server get:") || !strings.Contains(out, "connection refused") {
-			t.Errorf("kubectl logs --previous of %s: %q %q %v; want the exited container's error", pods.Items[0].Name, out, stderr, err)
+			t.Errorf("kubectl logs --previous of %s: %q %q %v; want the exited container's error", crashPod, out, stderr, err)
 		}
 		if err := ca.Delete(ctx, crash); err != nil {
 			t.Error(err)
@@ -318,14 +311,10 @@ func TestRealNodes(t *testing.T) {
 		}
 		var got corev1.ContainerStatus
 		eventually(t, 60*time.Second, "noimage's container waiting with the kubelet's reason", func() error {
-			pods := &corev1.PodList{}
-			if err := ca.List(ctx, pods, client.InNamespace(realNS), client.MatchingLabels{"app": "noimage"}); err != nil {
+			var err error
+			if _, got, err = onlyContainer(ctx, ca, "noimage"); err != nil {
 				return err
 			}
-			if len(pods.Items) != 1 || len(pods.Items[0].Status.ContainerStatuses) != 1 {
-				return fmt.Errorf("%d pods", len(pods.Items))
-			}
-			got = pods.Items[0].Status.ContainerStatuses[0]
 			if w := got.State.Waiting; w == nil || w.Reason != "ErrImageNeverPull" || !strings.Contains(w.Message, "annex.dev/missing:v0") {
 				return fmt.Errorf("container status %+v", got)
 			}
@@ -521,6 +510,19 @@ func kubectl(kubeconfig string, args ...string) (stdout, stderr string, err erro
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()
 	return out.String(), errOut.String(), err
+}
+
+// onlyContainer is the name and container status of the one pod of app in
+// realNS on c, which must have one container status.
+func onlyContainer(ctx context.Context, c client.Client, app string) (string, corev1.ContainerStatus, error) {
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(realNS), client.MatchingLabels{"app": app}); err != nil {
+		return "", corev1.ContainerStatus{}, err
+	}
+	if len(pods.Items) != 1 || len(pods.Items[0].Status.ContainerStatuses) != 1 {
+		return "", corev1.ContainerStatus{}, fmt.Errorf("%d pods of %s, want one with a container status", len(pods.Items), app)
+	}
+	return pods.Items[0].Name, pods.Items[0].Status.ContainerStatuses[0], nil
 }
 
 // kubectlAttachLine runs `kubectl attach` to the pod's container and

@@ -121,19 +121,9 @@ func upReal(ctx context.Context, s cli.IOStreams, o Options) error {
 	out := &lockedWriter{w: s.Out}
 	clusters := make([]*localcluster.Cluster, len(Clusters))
 	err := forEachCluster(func(i int, spec Spec) error {
-		c, err := localcluster.Start(ctx, localcluster.Options{
-			Name:            spec.Name,
-			Dir:             o.ClusterDir(spec.Name),
-			PodCIDR:         spec.PodCIDR,
-			ServiceCIDR:     spec.ServiceCIDR,
-			Nodes:           spec.Nodes,
-			RealNodes:       1,
-			Images:          images,
-			PauseImage:      ociimage.PauseRef(),
-			NodeNetworkCIDR: nodeNetworkCIDR(i),
-			Detach:          true,
-			Progress:        out,
-		})
+		opts := clusterOptions(o, spec, out)
+		opts.RealNodes, opts.Images, opts.PauseImage, opts.NodeNetworkCIDR = 1, images, ociimage.PauseRef(), nodeNetworkCIDR(i)
+		c, err := localcluster.Start(ctx, opts)
 		if err != nil {
 			return fmt.Errorf("%s: %w", spec.Name, err)
 		}

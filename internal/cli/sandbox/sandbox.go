@@ -193,10 +193,9 @@ func printUp(ctx context.Context, s cli.IOStreams, o Options, start time.Time) e
 	return nil
 }
 
-// upOne starts one cluster; localcluster's progress lines name the cluster
-// themselves, s prefixes the others.
-func upOne(ctx context.Context, progress io.Writer, s cli.IOStreams, o Options, spec Spec) error {
-	c, err := localcluster.Start(ctx, localcluster.Options{
+// clusterOptions are the localcluster options of spec's cluster.
+func clusterOptions(o Options, spec Spec, progress io.Writer) localcluster.Options {
+	return localcluster.Options{
 		Name:        spec.Name,
 		Dir:         o.ClusterDir(spec.Name),
 		PodCIDR:     spec.PodCIDR,
@@ -204,7 +203,13 @@ func upOne(ctx context.Context, progress io.Writer, s cli.IOStreams, o Options, 
 		Nodes:       spec.Nodes,
 		Detach:      true,
 		Progress:    progress,
-	})
+	}
+}
+
+// upOne starts one cluster; localcluster's progress lines name the cluster
+// themselves, s prefixes the others.
+func upOne(ctx context.Context, progress io.Writer, s cli.IOStreams, o Options, spec Spec) error {
+	c, err := localcluster.Start(ctx, clusterOptions(o, spec, progress))
 	if err != nil {
 		return fmt.Errorf("%s: %w", spec.Name, err)
 	}
