@@ -117,7 +117,7 @@ func upReal(ctx context.Context, s cli.IOStreams, o Options) error {
 	for i, f := range realNodeImages {
 		images[i] = filepath.Join(o.ImagesDir, f)
 	}
-	fmt.Fprintf(s.Out, "Starting %d clusters with a real node each in %s (about 2 min once the Kubernetes binaries are built)...\n", len(Clusters), o.Dir)
+	fmt.Fprintf(s.Out, "Starting %d clusters with a real node each in %s (about 30 s once the Kubernetes binaries are built)...\n", len(Clusters), o.Dir)
 	out := &lockedWriter{w: s.Out}
 	clusters := make([]*localcluster.Cluster, len(Clusters))
 	err := forEachCluster(func(i int, spec Spec) error {
