@@ -20,6 +20,12 @@
 //     EchoPort there with an Echo naming the cluster and pod (RunPods keeps
 //     these in step with the clusters' pods).
 //
+// With real nodes (SetupNodes, `annexctl sandbox up --real-nodes`) there are
+// no routers or pod namespaces: each cluster's real node takes its router's
+// place on the underlay (its veth "ul0" holds UnderlayAddr), its gateway
+// runs on the node's host network, and the nodes route each other's API
+// addresses.
+//
 // Only addresses inside these namespaces are used; the host's own network
 // namespace gets no address, route or device. Everything needs root
 // (CAP_NET_ADMIN and CAP_SYS_ADMIN for setns and the /run/netns bind

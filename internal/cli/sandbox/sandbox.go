@@ -9,6 +9,11 @@
 // annex-gateway, and a background `annexctl sandbox pod-network` process that
 // gives pods labelled annex.dev/sandbox-netns=true namespaces of their own
 // with an echo server (`annexctl sandbox curl`).
+//
+// With --real-nodes (root only; realnodes.go) each cluster also gets a real
+// node, and Annex is installed from its image instead of running as local
+// processes: the agent as a Deployment on the real node, the gateway beside
+// it on the node's host network.
 package sandbox
 
 import (
