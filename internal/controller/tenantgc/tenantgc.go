@@ -71,8 +71,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	last := ns.CreationTimestamp.Time
 	lease := &coordinationv1.Lease{}
 	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: corev1alpha1.HeartbeatLeaseName}, lease); {
-	case err == nil && lease.Spec.RenewTime != nil:
+	case err == nil && lease.Spec.RenewTime != nil && !lease.CreationTimestamp.Before(&ns.CreationTimestamp):
 		last = lease.Spec.RenewTime.Time
+	case err == nil && lease.Spec.RenewTime != nil:
+		// A Lease older than its namespace is the heartbeat of an earlier
+		// tenant namespace of the same name, still in the cache: a peering
+		// made again right after this one was removed must not lose its new
+		// tenant to its predecessor's silence (measured: the bench's
+		// re-peering after a forced unpeer did).
+		log.V(1).Info("ignoring a heartbeat Lease older than its tenant namespace", "consumer", consumer, "leaseCreated", lease.CreationTimestamp, "namespaceCreated", ns.CreationTimestamp)
 	case err != nil && !apierrors.IsNotFound(err):
 		return ctrl.Result{}, err
 	}

@@ -44,7 +44,15 @@ func TestReconcile(t *testing.T) {
 	other := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop-delta", Labels: map[string]string{corev1alpha1.LabelRemoteClusterID: "delta", corev1alpha1.LabelManagedBy: "annex"}}}
 	lease := func(ago time.Duration) *coordinationv1.Lease {
 		rt := metav1.NewMicroTime(now.Add(-ago))
-		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: tenant.Name, Name: corev1alpha1.HeartbeatLeaseName}, Spec: coordinationv1.LeaseSpec{RenewTime: &rt}}
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: tenant.Name, Name: corev1alpha1.HeartbeatLeaseName, CreationTimestamp: tenant.CreationTimestamp},
+			Spec: coordinationv1.LeaseSpec{RenewTime: &rt}}
+	}
+	// staleLease is the heartbeat of an earlier tenant namespace of the same
+	// name (a cache that has not seen its deletion yet).
+	staleLease := func(ago time.Duration) *coordinationv1.Lease {
+		l := lease(ago)
+		l.CreationTimestamp = metav1.NewTime(now.Add(-2 * time.Hour))
+		return l
 	}
 	fc := func(role corev1alpha1.PeeringRole) *corev1alpha1.ForeignCluster {
 		return &corev1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha"}, Spec: corev1alpha1.ForeignClusterSpec{ClusterID: "alpha"}, Status: corev1alpha1.ForeignClusterStatus{Role: role}}
@@ -56,12 +64,19 @@ func TestReconcile(t *testing.T) {
 		wantFC      bool                     // and the NetworkConfiguration with alpha
 		wantRole    corev1alpha1.PeeringRole // of the ForeignCluster kept, when set
 		wantRequeue time.Duration
+		// tenantAge is how long ago the tenant namespace was made; default 1h.
+		tenantAge time.Duration
 	}{
 		{name: "heartbeat fresh", objs: []client.Object{lease(time.Minute), fc(corev1alpha1.RoleConsumer)},
 			wantNS: []string{"annex-tenant-alpha", "shop-alpha", "shop-delta"}, wantFC: true, wantRequeue: grace - time.Minute + time.Second},
 		{name: "heartbeat lapsed", objs: []client.Object{lease(grace + time.Minute), fc(corev1alpha1.RoleConsumer)},
 			wantNS: []string{"shop-delta"}},
 		{name: "never renewed, tenant older than grace", objs: []client.Object{fc(corev1alpha1.RoleConsumer)},
+			wantNS: []string{"shop-delta"}},
+		{name: "peered again: a lapsed Lease older than the new tenant namespace is not its heartbeat",
+			objs: []client.Object{staleLease(grace + time.Minute), fc(corev1alpha1.RoleConsumer)}, tenantAge: time.Minute,
+			wantNS: []string{"annex-tenant-alpha", "shop-alpha", "shop-delta"}, wantFC: true, wantRequeue: grace - time.Minute + time.Second},
+		{name: "peered again and silent past the grace period", objs: []client.Object{staleLease(time.Minute), fc(corev1alpha1.RoleConsumer)},
 			wantNS: []string{"shop-delta"}},
 		{name: "we consume them: not a tenant", objs: []client.Object{fc(corev1alpha1.RoleProvider)},
 			wantNS: []string{"annex-tenant-alpha", "shop-alpha", "shop-delta"}, wantFC: true},
@@ -74,7 +89,11 @@ func TestReconcile(t *testing.T) {
 				return &networkingv1alpha1.NetworkConfiguration{ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.AgentNamespace, Name: peer},
 					Spec: networkingv1alpha1.NetworkConfigurationSpec{RemoteClusterID: peer}}
 			}
-			c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&corev1alpha1.ForeignCluster{}).WithObjects(append(tc.objs, tenant.DeepCopy(), remoteNS.DeepCopy(), other.DeepCopy(), link("alpha"), link("delta"))...).Build()
+			tn := tenant.DeepCopy()
+			if tc.tenantAge != 0 {
+				tn.CreationTimestamp = metav1.NewTime(now.Add(-tc.tenantAge))
+			}
+			c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&corev1alpha1.ForeignCluster{}).WithObjects(append(tc.objs, tn, remoteNS.DeepCopy(), other.DeepCopy(), link("alpha"), link("delta"))...).Build()
 			r := &Reconciler{Client: c, Recorder: events.NewFakeRecorder(10), Clock: clocktesting.NewFakePassiveClock(now), GracePeriod: grace}
 			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: tenant.Name}})
 			if err != nil {
