@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 
+	"github.com/annexhq/annex/internal/remote"
 	"github.com/annexhq/annex/internal/virtualnode/podreflector"
 )
 
@@ -109,6 +110,7 @@ type Reflector struct {
 type session struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
+	cfg     *rest.Config // the provider's config the session was built from
 	cs      kubernetes.Interface
 	watches map[string]*nsWatch // by remote namespace
 	ready   chan struct{}       // closed once seeded
@@ -182,7 +184,16 @@ func (r *Reflector) Run(ctx context.Context) error {
 		for r.process(ctx) {
 		}
 	}()
-	<-ctx.Done()
+	recheck := time.NewTicker(credentialsRecheck)
+	defer recheck.Stop()
+	for loop := true; loop; {
+		select {
+		case <-ctx.Done():
+			loop = false
+		case <-recheck.C:
+			r.recheckSession()
+		}
+	}
 	r.queue.ShutDown()
 	<-done
 	r.mu.Lock()
@@ -283,7 +294,7 @@ func (r *Reflector) startSessionLocked() {
 		return
 	}
 	ctx, cancel := context.WithCancel(r.runCtx)
-	s := &session{ctx: ctx, cancel: cancel, cs: cs, watches: map[string]*nsWatch{}, ready: make(chan struct{})}
+	s := &session{ctx: ctx, cancel: cancel, cfg: cfg, cs: cs, watches: map[string]*nsWatch{}, ready: make(chan struct{})}
 	r.sess = s
 	if r.seeded {
 		close(s.ready)
@@ -291,6 +302,29 @@ func (r *Reflector) startSessionLocked() {
 		go r.seed(s)
 	}
 	r.syncWatchesLocked()
+}
+
+// credentialsRecheck is how often the reflector checks whether the
+// provider's connection settings changed (a renewed token): the watches of
+// a session keep the credentials they started with.
+const credentialsRecheck = 15 * time.Second
+
+// recheckSession restarts the session when the provider's connection
+// settings changed since it started. Its informers list again; what was
+// reflected is not written again.
+func (r *Reflector) recheckSession() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sess == nil || r.reach != podreflector.Reachable {
+		return
+	}
+	cfg, err := r.cfg.Remotes.RESTConfig(r.cfg.ProviderID)
+	if err != nil || remote.SameConnection(cfg, r.sess.cfg) {
+		return
+	}
+	r.cfg.Log.Info("The provider's credentials changed: restarting its Event watches")
+	r.stopSessionLocked()
+	r.startSessionLocked()
 }
 
 func (r *Reflector) stopSessionLocked() {
