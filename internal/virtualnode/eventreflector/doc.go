@@ -49,6 +49,11 @@
 // filter dropped is not written again in the same process; after a restart
 // it may be, once, within the filter's limits.
 //
+// One limit: the provider's Events about a pod that was deleted and created
+// again under the same name (a StatefulSet's) stay on the provider for its
+// Event TTL and map to the new local pod once its ShadowPod exists; they
+// are not told apart from the new pod's.
+//
 // # Sessions
 //
 // Like podreflector, the provider's Events are watched with one informer
