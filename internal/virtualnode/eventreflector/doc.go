@@ -62,6 +62,7 @@
 // the provider, and of the local Events) is bounded by a timeout
 // (DefaultRemoteTimeout). One named work queue (QueueName) carries the
 // Events to reflect; its metrics are client-go's work queue metrics. An
-// Event whose pod's ShadowPod is not listed yet is retried a few times with
-// backoff, then dropped.
+// Event whose pod's ShadowPod is not listed yet is retried with backoff
+// (at most every 30 s) until it is, or until the Event or the session is
+// gone.
 package eventreflector

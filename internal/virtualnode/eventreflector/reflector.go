@@ -55,10 +55,6 @@ const (
 // Events.
 const DefaultRemoteTimeout = 30 * time.Second
 
-// maxRetries is how often an Event is retried while the ShadowPod of its
-// pod is not known yet, before it is dropped.
-const maxRetries = 8
-
 // Remotes gives the provider's connection settings; *remote.Manager
 // implements it.
 type Remotes interface {
@@ -496,7 +492,10 @@ func (r *Reflector) process(ctx context.Context) bool {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	err := r.sync(key)
 	switch {
-	case errors.Is(err, errNotKnown) && r.queue.NumRequeues(key) < maxRetries:
+	case errors.Is(err, errNotKnown):
+		// Until podreflector's informers of the namespace have listed (the
+		// same session lifecycle): with backoff, at most every 30 s; the
+		// key is gone with the session's Event.
 		r.queue.AddRateLimited(key)
 	case err != nil:
 		r.cfg.Log.V(1).Info("Provider Event not reflected", "event", key, "error", err.Error())
