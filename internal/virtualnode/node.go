@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/virtualnode/eventreflector"
 	"github.com/annexhq/annex/internal/virtualnode/podreflector"
 )
 
@@ -50,6 +51,7 @@ type virtualNode struct {
 	deps      *nodeDeps
 	log       logr.Logger
 	reflector *podreflector.Reflector
+	events    *eventreflector.Reflector
 
 	mu         sync.Mutex
 	spec       corev1alpha1.VirtualNodeSpec
@@ -126,6 +128,19 @@ func (n *virtualNode) start(parent context.Context) error {
 	if _, err := inf.AddEventHandler(n.reflector.PodEventHandler()); err != nil {
 		return err
 	}
+	n.events = eventreflector.New(eventreflector.Config{
+		NodeName:   n.name,
+		ProviderID: n.clusterID,
+		Local:      cs,
+		Pods:       podInformer.Lister(),
+		Remotes:    n.deps.remotes,
+		Origin:     n.reflector.ShadowPodOrigin,
+		Log:        n.log.WithName("events"),
+		Clock:      n.deps.clock,
+	})
+	if _, err := inf.AddEventHandler(n.events.PodEventHandler()); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(parent)
 	ctx = vklog.WithLogger(ctx, vkLogger{l: n.log.WithName("vk")})
 	n.cancel = cancel
@@ -136,6 +151,11 @@ func (n *virtualNode) start(parent context.Context) error {
 	wg.Go(func() {
 		if err := n.reflector.Run(ctx); err != nil && ctx.Err() == nil {
 			n.log.Error(err, "Pod reflector stopped")
+		}
+	})
+	wg.Go(func() {
+		if err := n.events.Run(ctx); err != nil && ctx.Err() == nil {
+			n.log.Error(err, "Event reflector stopped")
 		}
 	})
 	wg.Go(func() { n.runNodeController(ctx) })
@@ -246,6 +266,9 @@ func (n *virtualNode) pushReachability() {
 	if n.reflector != nil {
 		n.reflector.SetReachability(st)
 	}
+	if n.events != nil {
+		n.events.SetReachability(st)
+	}
 	signal(n.dirty)
 	n.reachabilityEvent(prev, st)
 }
@@ -275,6 +298,7 @@ func (n *virtualNode) reachabilityEvent(prev, st podreflector.Reachability) {
 // setNamespaces sets the offloaded namespaces (local -> remote).
 func (n *virtualNode) setNamespaces(m map[string]string) {
 	n.reflector.SetNamespaces(m)
+	n.events.SetNamespaces(m)
 }
 
 // node builds the Node object from the current state.

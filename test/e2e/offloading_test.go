@@ -257,6 +257,43 @@ func TestOffloading(t *testing.T) {
 		})
 		t.Logf("refused: %s: %s", p.Status.Reason, p.Status.Message)
 	})
+	t.Run("the provider's refusal shows as an Event on the local pod", func(t *testing.T) {
+		// A hostPath volume: the remote namespace's Pod Security level
+		// (baseline) forbids it, the provider's agent refuses the ShadowPod
+		// and records a Warning Event on it.
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "hostpath"}, Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "c", Image: "x"}},
+			Volumes:    []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}}}
+		if err := ca.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		var got corev1.Event
+		eventually(t, 60*time.Second, "an Event from the provider on the refused pod", func() error {
+			if err := ca.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return err
+			}
+			provider := strings.TrimPrefix(p.Spec.NodeName, "annex-")
+			if provider == p.Spec.NodeName || provider == "" {
+				return fmt.Errorf("pod on node %q", p.Spec.NodeName)
+			}
+			events := &corev1.EventList{}
+			if err := ca.List(ctx, events, client.InNamespace("shop")); err != nil {
+				return err
+			}
+			for _, ev := range events.Items {
+				if ev.InvolvedObject.Name == p.Name && ev.InvolvedObject.UID == p.UID && ev.Type == corev1.EventTypeWarning &&
+					ev.Source.Component == "annex-"+provider && strings.HasPrefix(ev.Message, provider+": ") {
+					got = ev
+					return nil
+				}
+			}
+			return fmt.Errorf("no Event from %s among %d", provider, len(events.Items))
+		})
+		t.Logf("reflected: %s %s: %s", got.Type, got.Reason, got.Message)
+		if got.Reason != offloadingv1alpha1.ReasonForbidden {
+			t.Errorf("reason %q, want the refusal's Forbidden", got.Reason)
+		}
+	})
 	t.Run("pods of other namespaces never land on virtual nodes", func(t *testing.T) {
 		d := deployment("local-only", "app", 6)
 		if err := ca.Create(ctx, d); err != nil {

@@ -647,3 +647,15 @@ func (r *Reflector) deleteLocal(ctx context.Context, pod *corev1.Pod, grace *int
 	}
 	return err
 }
+
+// ShadowPodOrigin returns the origin UID (AnnotationOriginUID) of the
+// ShadowPod of local pod namespace/name, "" when it has none; known is
+// false while the provider's view of that namespace is not available (see
+// lookup).
+func (r *Reflector) ShadowPodOrigin(namespace, name string) (uid string, known bool) {
+	sp, known := r.lookup(namespace, name)
+	if sp == nil {
+		return "", known
+	}
+	return OriginUID(sp), true
+}
