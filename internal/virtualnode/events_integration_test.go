@@ -10,11 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2/textlogger"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/annexhq/annex/internal/localcluster"
 	"github.com/annexhq/annex/internal/localcluster/clustertest"
 	"github.com/annexhq/annex/internal/virtualnode/eventreflector"
 )
@@ -24,16 +21,7 @@ import (
 // a restarted agent writes nothing again, and Events about pods this node
 // did not offload are ignored.
 func TestProviderEventsComeHome(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
-	if err := localcluster.CheckBinaries(localcluster.DefaultBinDir()); err != nil {
-		t.Skipf("integration test needs the real Kubernetes binaries: %v", err)
-	}
-	logf.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(testVerbosity()))))
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	te := setup(ctx, t)
+	ctx, te := integration(t, 4*time.Minute)
 	cc, pc := te.cc, te.pc
 	lcs, err := kubernetes.NewForConfig(te.ccfg)
 	clustertest.Must(t, err)

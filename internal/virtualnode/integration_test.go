@@ -56,17 +56,7 @@ const (
 // real provider: registration, offloading, status reflection, deletion,
 // provider failure and recovery, restart safety.
 func TestVirtualNodeIntegration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
-	if err := localcluster.CheckBinaries(localcluster.DefaultBinDir()); err != nil {
-		t.Skipf("integration test needs the real Kubernetes binaries: %v", err)
-	}
-	logf.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(testVerbosity()))))
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-
-	te := setup(ctx, t)
+	ctx, te := integration(t, 6*time.Minute)
 	provider, cc, pc, ccfg, pcfg, scheme, vn := te.provider, te.cc, te.pc, te.ccfg, te.pcfg, te.scheme, te.vn
 
 	agentCtx, stopAgent := context.WithCancel(ctx)
@@ -330,6 +320,23 @@ type testEnv struct {
 	ccfg, pcfg *rest.Config
 	scheme     *runtime.Scheme
 	vn         *corev1alpha1.VirtualNode
+}
+
+// integration skips t unless integration tests can run here, and otherwise
+// logs at the tests' verbosity and sets up the clusters with a context that
+// ends after timeout (or with the test).
+func integration(t *testing.T, timeout time.Duration) (context.Context, *testEnv) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: skipped with -short")
+	}
+	if err := localcluster.CheckBinaries(localcluster.DefaultBinDir()); err != nil {
+		t.Skipf("integration test needs the real Kubernetes binaries: %v", err)
+	}
+	logf.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(testVerbosity()))))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return ctx, setup(ctx, t)
 }
 
 func setup(ctx context.Context, t *testing.T) *testEnv {

@@ -9,12 +9,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2/textlogger"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
-	"github.com/annexhq/annex/internal/localcluster"
 	"github.com/annexhq/annex/internal/localcluster/clustertest"
 	"github.com/annexhq/annex/internal/virtualnode/podreflector"
 )
@@ -30,16 +27,7 @@ import (
 // or finished with its containers' final state; each with one ShadowPod,
 // those created before the restarts never re-created.
 func TestNoLostUpdatesAcrossRestarts(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
-	if err := localcluster.CheckBinaries(localcluster.DefaultBinDir()); err != nil {
-		t.Skipf("integration test needs the real Kubernetes binaries: %v", err)
-	}
-	logf.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(testVerbosity()))))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	te := setup(ctx, t)
+	ctx, te := integration(t, 5*time.Minute)
 	cc, pc := te.cc, te.pc
 
 	start := func() (stop func()) {

@@ -100,7 +100,7 @@ func checkRealNodes(o Options) error {
 	if RealNodesEnabled(o) {
 		return nil
 	}
-	if pid := netnsUser(sandboxnet.UnderlayNetns()); pid != 0 || sandboxnet.NetnsExists(sandboxnet.UnderlayNetns()) {
+	if sandboxnet.NetnsExists(sandboxnet.UnderlayNetns()) {
 		return fmt.Errorf("network namespace %s exists: another sandbox runs with --network or --real-nodes (only one can); stop it with `annexctl sandbox down --dir DIR`", sandboxnet.UnderlayNetns())
 	}
 	return nil
