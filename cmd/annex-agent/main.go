@@ -196,7 +196,7 @@ func run() error {
 		shadowendpointslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowendpointslice"), endpointOpts),
 		virtualnode.NewReconciler(mgr, remotes, id.ClusterID, vnOpts),
 		&heartbeat.Reconciler{Client: mgr.GetClient(), Remotes: remotes, LocalClusterID: id.ClusterID, Clock: clock.RealClock{}, Interval: heartbeatInterval},
-		&tenantgc.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("annex-tenantgc"), Clock: clock.RealClock{}, GracePeriod: tenantGrace},
+		&tenantgc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-tenantgc"), Clock: clock.RealClock{}, GracePeriod: tenantGrace},
 		resourceslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-resourceslice"), id.ClusterID, sliceOpts),
 	}
 	if ext, err := netip.ParsePrefix(id.ExternalCIDR); err == nil {

@@ -13,6 +13,7 @@ package tenantgc
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -32,12 +34,30 @@ import (
 )
 
 // Reconciler removes tenants whose consumer stopped renewing its heartbeat.
+//
+// Silence counts only while this agent runs and its API server answers: a
+// consumer cannot renew a Lease on an API server that is down, so the
+// agent's start and every failed read from the API server restart the count
+// for every consumer. A provider back from a long outage thus gives each
+// consumer a full grace period to be heard again instead of removing every
+// tenant at once.
 type Reconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
-	Clock    clock.PassiveClock
+	// Client reads from the manager's cache and deletes.
+	Client client.Client
+	// APIReader reads from the API server: a tenant is removed only when
+	// the API server itself confirms the silence (a cache that has not yet
+	// seen a new peering's namespace or Lease must not remove it).
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
 	// GracePeriod is how long a consumer may stay silent.
 	GracePeriod time.Duration
+
+	mu sync.Mutex
+	// answering is when the API server was last seen to start answering
+	// (the agent's start, or the first success after a failed read).
+	answering time.Time
+	failed    bool
 }
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;delete
@@ -68,38 +88,50 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// provider in a namespace labelled like this one: never touch it.)
 		return ctrl.Result{}, nil
 	}
-	last := ns.CreationTimestamp.Time
-	lease := &coordinationv1.Lease{}
-	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: corev1alpha1.HeartbeatLeaseName}, lease); {
-	case err == nil && lease.Spec.RenewTime != nil && !lease.CreationTimestamp.Before(&ns.CreationTimestamp):
-		last = lease.Spec.RenewTime.Time
-	case err == nil && lease.Spec.RenewTime != nil:
-		// A Lease older than its namespace is the heartbeat of an earlier
-		// tenant namespace of the same name, still in the cache: a peering
-		// made again right after this one was removed must not lose its new
-		// tenant to its predecessor's silence (measured: the bench's
-		// re-peering after a forced unpeer did).
-		log.V(1).Info("ignoring a heartbeat Lease older than its tenant namespace", "consumer", consumer, "leaseCreated", lease.CreationTimestamp, "namespaceCreated", ns.CreationTimestamp)
-	case err != nil && !apierrors.IsNotFound(err):
+	last, err := r.lastHeard(ctx, r.Client, ns, consumer)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	deadline := last.Add(r.GracePeriod)
 	now := r.Clock.Now()
-	if now.Before(deadline) {
+	if deadline := last.Add(r.GracePeriod); now.Before(deadline) {
 		return ctrl.Result{RequeueAfter: deadline.Sub(now) + time.Second}, nil
 	}
+	// The cache says the consumer is silent: ask the API server, which may
+	// know a namespace or a Lease of a new peering that the cache has not
+	// seen yet.
+	live := &corev1.Namespace{}
+	if err := r.APIReader.Get(ctx, req.NamespacedName, live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, r.readFailed(err)
+	}
+	r.readSucceeded()
+	if !isTenant(live) || !live.DeletionTimestamp.IsZero() || live.Labels[corev1alpha1.LabelRemoteClusterID] != consumer {
+		return ctrl.Result{}, nil
+	}
+	if last, err = r.lastHeard(ctx, r.APIReader, live, consumer); err != nil {
+		return ctrl.Result{}, r.readFailed(err)
+	}
+	if deadline := last.Add(r.GracePeriod); now.Before(deadline) {
+		return ctrl.Result{RequeueAfter: deadline.Sub(now) + time.Second}, nil
+	}
+	ns = live
 
 	silent := now.Sub(last).Round(time.Second)
 	log.Info("consumer silent for longer than the grace period, removing its tenant", "consumer", consumer, "silentFor", silent)
 	nss := &corev1.NamespaceList{}
-	if err := r.Client.List(ctx, nss, client.MatchingLabels{corev1alpha1.LabelRemoteClusterID: consumer, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}); err != nil {
-		return ctrl.Result{}, err
+	if err := r.APIReader.List(ctx, nss, client.MatchingLabels{corev1alpha1.LabelRemoteClusterID: consumer, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}); err != nil {
+		return ctrl.Result{}, r.readFailed(err)
 	}
 	both := fcErr == nil && fc.Status.Role == corev1alpha1.RoleBoth
 	// The remote namespaces and the tenant namespace ns itself (labelled
 	// alike; our own peer namespace for that cluster is labelled otherwise).
 	for i := range nss.Items {
-		if err := r.Client.Delete(ctx, &nss.Items[i]); client.IgnoreNotFound(err) != nil {
+		// Only the namespaces read just now: one made again under the same
+		// name since (a new peering) is not this tenant's.
+		uid := nss.Items[i].UID
+		if err := r.Client.Delete(ctx, &nss.Items[i], client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 			return ctrl.Result{}, err
 		}
 	}
@@ -127,6 +159,76 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.Recorder.Eventf(ns, nil, corev1.EventTypeWarning, "TenantRemoved", "RemoveTenant", msg)
 	}
 	return ctrl.Result{}, nil
+}
+
+// lastHeard is when the consumer that owns tenant namespace ns was last
+// heard of, read through reader: its heartbeat Lease's renewal, or the
+// namespace's creation when it has none, and never before the API server
+// started answering this agent.
+func (r *Reconciler) lastHeard(ctx context.Context, reader client.Reader, ns *corev1.Namespace, consumer string) (time.Time, error) {
+	last := ns.CreationTimestamp.Time
+	lease := &coordinationv1.Lease{}
+	switch err := reader.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: corev1alpha1.HeartbeatLeaseName}, lease); {
+	case err == nil && lease.Spec.RenewTime != nil && !lease.CreationTimestamp.Before(&ns.CreationTimestamp):
+		last = lease.Spec.RenewTime.Time
+	case err == nil && lease.Spec.RenewTime != nil:
+		// A Lease older than its namespace is the heartbeat of an earlier
+		// tenant namespace of the same name, still in the cache: a peering
+		// made again right after this one was removed must not lose its new
+		// tenant to its predecessor's silence (measured: the bench's
+		// re-peering after a forced unpeer did).
+		ctrl.LoggerFrom(ctx).V(1).Info("ignoring a heartbeat Lease older than its tenant namespace", "consumer", consumer, "leaseCreated", lease.CreationTimestamp, "namespaceCreated", ns.CreationTimestamp)
+	case err != nil && !apierrors.IsNotFound(err):
+		return time.Time{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.answering.After(last) {
+		last = r.answering
+	}
+	return last, nil
+}
+
+// readFailed notes that the API server did not answer a read, so that the
+// count of every consumer's silence starts again once it does, and returns
+// err.
+func (r *Reconciler) readFailed(err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failed = true
+	return err
+}
+
+// readSucceeded notes that the API server answered: after a failure, the
+// count of silence starts from now.
+func (r *Reconciler) readSucceeded() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failed {
+		r.answering, r.failed = r.Clock.Now(), false
+	}
+}
+
+// probe reads from the API server every interval until ctx ends, so that an
+// outage is noticed even when no tenant is due.
+func (r *Reconciler) probe(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		callCtx, cancel := context.WithTimeout(ctx, interval)
+		err := r.APIReader.List(callCtx, &corev1.NamespaceList{}, client.Limit(1))
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			_ = r.readFailed(err)
+		} else if err == nil {
+			r.readSucceeded()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 // deleteLinks deletes the NetworkConfigurations with consumer.
@@ -158,6 +260,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return nil
 		}
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.GetNamespace()}}}
+	}
+	r.mu.Lock()
+	r.answering = r.Clock.Now() // the agent's start restarts every count
+	r.mu.Unlock()
+	interval := min(max(r.GracePeriod/20, time.Second), 30*time.Second)
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return r.probe(ctx, interval) })); err != nil {
+		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("tenantgc").

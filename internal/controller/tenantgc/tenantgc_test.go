@@ -10,25 +10,33 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 )
 
-func TestReconcile(t *testing.T) {
-	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-	grace := 15 * time.Minute
+func testScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = corev1alpha1.AddToScheme(s)
 	_ = networkingv1alpha1.AddToScheme(s)
+	return s
+}
+
+func TestReconcile(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	grace := 15 * time.Minute
+	s := testScheme()
 	managed := func(name string, extra map[string]string) *corev1.Namespace {
 		l := map[string]string{corev1alpha1.LabelRemoteClusterID: "alpha", corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}
 		for k, v := range extra {
@@ -94,7 +102,7 @@ func TestReconcile(t *testing.T) {
 				tn.CreationTimestamp = metav1.NewTime(now.Add(-tc.tenantAge))
 			}
 			c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&corev1alpha1.ForeignCluster{}).WithObjects(append(tc.objs, tn, remoteNS.DeepCopy(), other.DeepCopy(), link("alpha"), link("delta"))...).Build()
-			r := &Reconciler{Client: c, Recorder: events.NewFakeRecorder(10), Clock: clocktesting.NewFakePassiveClock(now), GracePeriod: grace}
+			r := &Reconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(10), Clock: clocktesting.NewFakePassiveClock(now), GracePeriod: grace}
 			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: tenant.Name}})
 			if err != nil {
 				t.Fatal(err)
@@ -128,5 +136,120 @@ func TestReconcile(t *testing.T) {
 				t.Errorf("another consumer's link was removed: %v", err)
 			}
 		})
+	}
+}
+
+// tenantObjects is a consumer "alpha" with a tenant namespace made at
+// created and a heartbeat Lease renewed at renewed.
+func tenantObjects(uid types.UID, created, renewed time.Time) []client.Object {
+	rt := metav1.NewMicroTime(renewed)
+	return []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "annex-tenant-alpha", UID: uid, CreationTimestamp: metav1.NewTime(created), Labels: map[string]string{
+			corev1alpha1.LabelRemoteClusterID: "alpha", corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex, corev1alpha1.LabelTenant: "true"}}},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "annex-tenant-alpha", Name: corev1alpha1.HeartbeatLeaseName, CreationTimestamp: metav1.NewTime(created)},
+			Spec: coordinationv1.LeaseSpec{RenewTime: &rt}},
+		&corev1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha"}, Spec: corev1alpha1.ForeignClusterSpec{ClusterID: "alpha"}, Status: corev1alpha1.ForeignClusterStatus{Role: corev1alpha1.RoleConsumer}},
+	}
+}
+
+// TestReconcileConfirmsWithTheAPIServer: a cache that says a consumer is
+// silent is not enough; the API server, which may already know a new
+// peering's namespace or Lease, decides.
+func TestReconcileConfirmsWithTheAPIServer(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	grace := 10 * time.Second
+	for _, tc := range []struct {
+		name        string
+		cached      []client.Object
+		live        []client.Object
+		wantRemoved bool
+	}{
+		{name: "the API server knows a fresh Lease",
+			cached: tenantObjects("old", now.Add(-time.Hour), now.Add(-time.Minute)),
+			live:   tenantObjects("old", now.Add(-time.Hour), now.Add(-time.Second))},
+		{name: "the tenant namespace was made again (a new peering)",
+			cached: tenantObjects("old", now.Add(-time.Hour), now.Add(-time.Minute)),
+			live:   tenantObjects("new", now.Add(-2*time.Second), now.Add(-2*time.Second))},
+		{name: "the API server agrees: removed",
+			cached:      tenantObjects("old", now.Add(-time.Hour), now.Add(-time.Minute)),
+			live:        tenantObjects("old", now.Add(-time.Hour), now.Add(-time.Minute)),
+			wantRemoved: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cached := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(tc.cached...).Build()
+			live := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(tc.live...).Build()
+			// Deletes go to the API server; the cache only serves reads.
+			r := &Reconciler{Client: deletesTo{Client: cached, to: live}, APIReader: live, Recorder: events.NewFakeRecorder(10),
+				Clock: clocktesting.NewFakePassiveClock(now), GracePeriod: grace}
+			if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "annex-tenant-alpha"}}); err != nil {
+				t.Fatal(err)
+			}
+			err := live.Get(context.Background(), client.ObjectKey{Name: "annex-tenant-alpha"}, &corev1.Namespace{})
+			if removed := apierrors.IsNotFound(err); removed != tc.wantRemoved {
+				t.Errorf("tenant namespace removed = %v, want %v (err %v)", removed, tc.wantRemoved, err)
+			}
+		})
+	}
+}
+
+// deletesTo sends the deletes of a cached client to another client.
+type deletesTo struct {
+	client.Client
+	to client.Client
+}
+
+func (d deletesTo) Delete(ctx context.Context, o client.Object, opts ...client.DeleteOption) error {
+	return d.to.Delete(ctx, o, opts...)
+}
+
+// TestReconcileCountsOnlyWhileTheAPIServerAnswers: no consumer can renew its
+// Lease while the API server is down, so silence counts again from the
+// agent's start and from the end of every outage.
+func TestReconcileCountsOnlyWhileTheAPIServerAnswers(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	grace := 15 * time.Minute
+	clk := clocktesting.NewFakeClock(now)
+	down := true
+	c := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(tenantObjects("u", now.Add(-time.Hour), now.Add(-time.Hour))...).Build()
+	live := interceptor.NewClient(c, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+			if down {
+				return apierrors.NewServiceUnavailable("down")
+			}
+			return c.Get(ctx, key, o, opts...)
+		},
+	})
+	r := &Reconciler{Client: c, APIReader: live, Recorder: events.NewFakeRecorder(10), Clock: clk, GracePeriod: grace}
+	req := ctrl.Request{NamespacedName: client.ObjectKey{Name: "annex-tenant-alpha"}}
+	exists := func() bool {
+		return c.Get(context.Background(), req.NamespacedName, &corev1.Namespace{}) == nil
+	}
+
+	// The API server was down for an hour: the read fails, nothing goes.
+	if _, err := r.Reconcile(context.Background(), req); err == nil {
+		t.Fatal("Reconcile succeeded while the API server is down")
+	}
+	if !exists() {
+		t.Fatal("tenant removed while the API server does not answer")
+	}
+	// It answers again: the consumer gets a full grace period from now.
+	down = false
+	res, err := r.Reconcile(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !exists() {
+		t.Fatal("tenant removed right after the API server answered again")
+	}
+	if want := grace + time.Second; res.RequeueAfter != want {
+		t.Errorf("requeue after %s, want %s", res.RequeueAfter, want)
+	}
+	// Still silent a grace period later: now it goes.
+	clk.Step(grace + time.Second)
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if exists() {
+		t.Error("tenant kept after a full grace period of silence with the API server answering")
 	}
 }
