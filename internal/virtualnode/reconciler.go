@@ -34,6 +34,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/predicates"
 	"github.com/annexhq/annex/internal/virtualnode/podreflector"
 )
 
@@ -118,13 +119,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("virtualnode").
-		For(&corev1alpha1.VirtualNode{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionPredicate()))).
+		For(&corev1alpha1.VirtualNode{}, builder.WithPredicates(predicate.Or(predicates.SpecChanged(), deletionPredicate()))).
 		Watches(&offloadingv1alpha1.NamespaceOffloading{}, r.namespaceOffloadingHandler()).
 		Watches(&corev1alpha1.ForeignCluster{},
 			handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 				return r.virtualNodesFor(ctx, foreignClusterID(o))
 			}),
-			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, reachabilityConditionChanged()))).
+			builder.WithPredicates(predicate.Or(predicates.SpecChanged(), reachabilityConditionChanged()))).
 		WatchesRawSource(source.Channel(r.remotes.Subscribe(),
 			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, fc *corev1alpha1.ForeignCluster) []reconcile.Request {
 				return r.virtualNodesFor(ctx, fc.Name)

@@ -25,10 +25,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/predicates"
 	"github.com/annexhq/annex/internal/remote"
 )
 
@@ -83,7 +83,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("foreigncluster").
 		// Status writes (ours and remote.Manager's) do not need a reconcile.
-		For(&corev1alpha1.ForeignCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&corev1alpha1.ForeignCluster{}, builder.WithPredicates(predicates.SpecChanged())).
 		// A renewed token is an update of the Secret.
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.ForeignClustersForSecret), builder.OnlyMetadata).
 		Complete(r)

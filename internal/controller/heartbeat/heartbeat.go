@@ -16,9 +16,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/predicates"
 )
 
 // Remotes gives clients for peers.
@@ -80,6 +80,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("heartbeat").
-		For(&corev1alpha1.ForeignCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&corev1alpha1.ForeignCluster{}, builder.WithPredicates(predicates.SpecChanged())).
 		Complete(r)
 }

@@ -18,6 +18,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/predicates"
 )
 
 // SetupWithManager registers one controller per kind, named
@@ -88,7 +89,7 @@ func (r *Reconciler) setupKind(mgr ctrl.Manager, kind Kind) error {
 			handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 				return r.requestsForProvider(ctx, kind, o.GetName())
 			}),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			builder.WithPredicates(predicates.SpecChanged())).
 		WatchesRawSource(source.Channel(r.remotes.Subscribe(),
 			handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, fc *corev1alpha1.ForeignCluster) []reconcile.Request {
 				return r.requestsForProvider(ctx, kind, fc.Name)

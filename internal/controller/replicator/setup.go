@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/predicates"
 )
 
 // SetupWithManager registers a controller named "replicator-<kind>" on mgr.
@@ -38,7 +39,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 				return r.requestsForPeer(ctx, o.GetName())
 			}),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			builder.WithPredicates(predicates.SpecChanged())).
 		WatchesRawSource(source.Channel(r.remotes.Subscribe(),
 			handler.TypedEnqueueRequestsFromMapFunc(forPeer))).
 		Complete(r)

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/predicates"
 )
 
 // +kubebuilder:rbac:groups=core.annex.dev,resources=resourceslices,verbs=get;list;watch
@@ -317,7 +318,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("resourceslice").
-		For(&corev1alpha1.ResourceSlice{}, builder.WithPredicates(inTenantNamespace, predicate.GenerationChangedPredicate{})).
+		For(&corev1alpha1.ResourceSlice{}, builder.WithPredicates(inTenantNamespace, predicates.SpecChanged())).
 		Watches(&corev1alpha1.ResourceSlice{},
 			handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 				return r.deniedSlices(ctx, client.InNamespace(o.GetNamespace()))

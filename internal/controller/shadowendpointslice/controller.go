@@ -90,6 +90,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/predicates"
 	"github.com/annexhq/annex/internal/directconn"
 	"github.com/annexhq/annex/internal/network"
 )
@@ -521,7 +522,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("shadowendpointslice").
 		For(&offloadingv1alpha1.ShadowEndpointSlice{}, builder.WithPredicates(
-			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+			predicate.Or(predicates.SpecChanged(), predicate.AnnotationChangedPredicate{}))).
 		Owns(&discoveryv1.EndpointSlice{}, builder.WithPredicates(ours)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.slicesInNamespace), builder.WithPredicates(podAddressChanged())).
 		Watches(&networkingv1alpha1.NetworkConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.allSlices), builder.WithPredicates(mappingChanged())).

@@ -78,6 +78,7 @@ import (
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/predicates"
 	"github.com/annexhq/annex/internal/controller/replicator"
 )
 
@@ -782,7 +783,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("shadowpod").
-		For(&offloadingv1alpha1.ShadowPod{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&offloadingv1alpha1.ShadowPod{}, builder.WithPredicates(predicates.SpecChanged())).
 		Watches(&corev1.Pod{}, byKey, builder.WithPredicates(hasLabel))
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).Complete(r)
 }
