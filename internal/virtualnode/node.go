@@ -133,6 +133,7 @@ func (n *virtualNode) start(parent context.Context) error {
 		ProviderID: n.clusterID,
 		Local:      cs,
 		Pods:       podInformer.Lister(),
+		PodsSynced: inf.HasSynced,
 		Remotes:    n.deps.remotes,
 		Origin:     n.reflector.ShadowPodOrigin,
 		Log:        n.log.WithName("events"),

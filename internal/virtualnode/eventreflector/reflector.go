@@ -70,6 +70,9 @@ type Config struct {
 	Local kubernetes.Interface
 	// Pods lists the pods bound to the node.
 	Pods corev1listers.PodLister
+	// PodsSynced reports whether Pods has listed once; until then a pod
+	// it does not have may only be not listed yet. Nil: always synced.
+	PodsSynced func() bool
 	// Remotes reaches the provider.
 	Remotes Remotes
 	// Origin returns the origin UID of the ShadowPod of local pod
@@ -480,7 +483,7 @@ func (r *Reflector) localNamespace(remote string) (string, bool) {
 	return l, ok
 }
 
-// errNotKnown: the ShadowPod of the Event's pod is not known yet.
+// errNotKnown: the Event's pod or its ShadowPod is not known yet.
 var errNotKnown = errors.New("the pod's ShadowPod is not known yet")
 
 func (r *Reflector) process(ctx context.Context) bool {
@@ -493,8 +496,8 @@ func (r *Reflector) process(ctx context.Context) bool {
 	err := r.sync(key)
 	switch {
 	case errors.Is(err, errNotKnown):
-		// Until podreflector's informers of the namespace have listed (the
-		// same session lifecycle): with backoff, at most every 30 s; the
+		// Until the node's pod informer and podreflector's informers of
+		// the namespace have listed (the same session lifecycle): with backoff, at most every 30 s; the
 		// key is gone with the session's Event.
 		r.queue.AddRateLimited(key)
 	case err != nil:
@@ -520,6 +523,11 @@ func (r *Reflector) sync(key string) error {
 	ns, name, _ := cache.SplitMetaNamespaceKey(refl.Pod)
 	pod, err := r.cfg.Pods.Pods(ns).Get(name)
 	if apierrors.IsNotFound(err) {
+		if r.cfg.PodsSynced != nil && !r.cfg.PodsSynced() {
+			// Not listed yet, not gone: an Event listed as the agent
+			// (re)starts must not be dropped for good.
+			return errNotKnown
+		}
 		return nil
 	}
 	if err != nil {

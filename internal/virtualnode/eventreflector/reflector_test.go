@@ -1,0 +1,58 @@
+package eventreflector
+
+import (
+	"errors"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+)
+
+// TestSyncWaitsForThePodInformer: an Event of a pod that the node's pod
+// informer has not listed yet is retried, not dropped; once the informer
+// has synced, a pod it lacks is gone and its Event is dropped.
+func TestSyncWaitsForThePodInformer(t *testing.T) {
+	ev := providerEvent(nil)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "p", UID: "local-uid"}, Spec: corev1.PodSpec{NodeName: "annex-beta"}}
+	for _, tc := range []struct {
+		name      string
+		synced    bool
+		podListed bool
+		wantErr   error
+		wantEvent bool
+	}{
+		{name: "not synced, pod not listed yet: retried", wantErr: errNotKnown},
+		{name: "synced, pod gone: dropped", synced: true},
+		{name: "synced, pod listed: reflected", synced: true, podListed: true, wantEvent: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+			if tc.podListed {
+				_ = pods.Add(pod)
+			}
+			rec := record.NewFakeRecorder(10)
+			r := New(Config{
+				NodeName: "annex-beta", ProviderID: "beta",
+				Pods:       corev1listers.NewPodLister(pods),
+				PodsSynced: func() bool { return tc.synced },
+				Origin:     func(string, string) (string, bool) { return "local-uid", true },
+				Recorder:   rec,
+			})
+			r.SetNamespaces(map[string]string{"web": "web-alpha"})
+			events := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Event{}, 0, cache.Indexers{})
+			_ = events.GetStore().Add(ev)
+			r.sess = &session{watches: map[string]*nsWatch{"web-alpha": {informer: events}}}
+
+			err := r.sync("web-alpha/p.1")
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("sync: %v, want %v", err, tc.wantErr)
+			}
+			if got := len(rec.Events) == 1; got != tc.wantEvent {
+				t.Errorf("event recorded = %v, want %v", got, tc.wantEvent)
+			}
+		})
+	}
+}
