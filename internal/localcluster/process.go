@@ -190,7 +190,9 @@ func stateOf(pid int, startTime uint64) procState {
 		// A thread-group leader turns zombie as soon as its own thread
 		// exits; the process (and its sockets) is gone only once every
 		// thread has.
-		if tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task"); err == nil && len(tasks) > 1 {
+		// A task directory that cannot be read (the process is being torn
+		// down) counts as still exiting, not as gone.
+		if tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task"); err != nil || len(tasks) > 1 {
 			return procRunning
 		}
 		return procDead

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -215,16 +216,25 @@ func TestIntegration(t *testing.T) {
 		clustertest.Eventually(t, 30*time.Second, "LimitRange recreated", limitRangeIsDesired)
 
 		// Raised, and its labels taken away (the controller's cache no
-		// longer holds it).
-		q := &corev1.ResourceQuota{}
-		clustertest.Must(t, c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: QuotaName}, q))
-		q.Spec.Hard[corev1.ResourcePods] = resource.MustParse("1000000")
-		q.Labels = nil
-		clustertest.Must(t, c.Update(ctx, q))
-		lr := &corev1.LimitRange{}
-		clustertest.Must(t, c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: LimitRangeName}, lr))
-		lr.Spec.Limits[0].DefaultRequest = nil
-		clustertest.Must(t, c.Update(ctx, lr))
+		// longer holds it). The quota controller may be writing the
+		// recreated quota's status meanwhile: retry on conflict.
+		clustertest.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			q := &corev1.ResourceQuota{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: QuotaName}, q); err != nil {
+				return err
+			}
+			q.Spec.Hard[corev1.ResourcePods] = resource.MustParse("1000000")
+			q.Labels = nil
+			return c.Update(ctx, q)
+		}))
+		clustertest.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			lr := &corev1.LimitRange{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: LimitRangeName}, lr); err != nil {
+				return err
+			}
+			lr.Spec.Limits[0].DefaultRequest = nil
+			return c.Update(ctx, lr)
+		}))
 		clustertest.Eventually(t, 30*time.Second, "quota corrected", quotaIsDesired)
 		clustertest.Eventually(t, 30*time.Second, "LimitRange corrected", limitRangeIsDesired)
 	})
