@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -292,6 +294,76 @@ func TestOffloading(t *testing.T) {
 		t.Logf("reflected: %s %s: %s", got.Type, got.Reason, got.Message)
 		if got.Reason != offloadingv1alpha1.ReasonForbidden {
 			t.Errorf("reason %q, want the refusal's Forbidden", got.Reason)
+		}
+	})
+	t.Run("a pod the provider cannot schedule says so, and runs once it can", func(t *testing.T) {
+		// Every node of beta tainted: beta's scheduler cannot place the pod.
+		nodes := &corev1.NodeList{}
+		if err := cb.List(ctx, nodes); err != nil {
+			t.Fatal(err)
+		}
+		full := corev1.Taint{Key: "e2e.annex.dev/full", Effect: corev1.TaintEffectNoSchedule}
+		setTaint := func(on bool) {
+			t.Helper()
+			for _, n := range nodes.Items {
+				err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+					node := &corev1.Node{}
+					if err := cb.Get(ctx, client.ObjectKeyFromObject(&n), node); err != nil {
+						return err
+					}
+					node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(x corev1.Taint) bool { return x.Key == full.Key })
+					if on {
+						node.Spec.Taints = append(node.Spec.Taints, full)
+					}
+					return cb.Update(ctx, node)
+				})
+				if err != nil {
+					t.Fatalf("taint %s: %v", n.Name, err)
+				}
+			}
+		}
+		setTaint(true)
+		t.Cleanup(func() { setTaint(false) })
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "unschedulable"}, Spec: corev1.PodSpec{
+			NodeName:   "annex-beta",
+			Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+		if err := ca.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 60*time.Second, "the local pod says the provider cannot schedule it", func() error {
+			if err := ca.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return err
+			}
+			if p.Status.Phase != corev1.PodPending || p.Status.Reason != offloadingv1alpha1.ReasonProviderUnschedulable || !strings.Contains(p.Status.Message, "untolerated taint") {
+				return fmt.Errorf("phase %s reason %q message %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+			}
+			return nil
+		})
+		t.Logf("status: %s: %s", p.Status.Reason, p.Status.Message)
+		eventually(t, 60*time.Second, "beta's FailedScheduling Event on the local pod", func() error {
+			events := &corev1.EventList{}
+			if err := ca.List(ctx, events, client.InNamespace("shop")); err != nil {
+				return err
+			}
+			for _, ev := range events.Items {
+				if ev.InvolvedObject.UID == p.UID && ev.Reason == "FailedScheduling" && ev.Source.Component == "annex-beta" {
+					return nil
+				}
+			}
+			return fmt.Errorf("none among %d Events", len(events.Items))
+		})
+		setTaint(false)
+		eventually(t, 60*time.Second, "the pod Running and Ready once beta has room", func() error {
+			if err := ca.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return err
+			}
+			if !podReady(p) || p.Status.Reason != "" {
+				return fmt.Errorf("phase %s ready %v reason %q", p.Status.Phase, podReady(p), p.Status.Reason)
+			}
+			return nil
+		})
+		if err := ca.Delete(ctx, p); err != nil {
+			t.Fatal(err)
 		}
 	})
 	t.Run("pods of other namespaces never land on virtual nodes", func(t *testing.T) {

@@ -29,6 +29,9 @@ const (
 	// ReasonCreationFailed: the provider could not create the real object;
 	// the message carries the API error.
 	ReasonCreationFailed = "CreationFailed"
+	// ReasonProviderUnschedulable: the provider's scheduler cannot place
+	// the pod; the message carries the scheduler's message.
+	ReasonProviderUnschedulable = "ProviderUnschedulable"
 	// ReasonInvalidDirectConnections: entries of the direct-connections
 	// annotation were rejected (details in the message and in Events).
 	ReasonInvalidDirectConnections = "InvalidDirectConnections"

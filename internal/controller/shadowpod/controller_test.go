@@ -830,6 +830,31 @@ func TestAdmissionsPerConsumer(t *testing.T) {
 	}
 }
 
+func TestStatusFromPodUnschedulable(t *testing.T) {
+	unschedulable := corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
+		Message: "0/1 nodes are available: 1 Insufficient cpu"}
+	const msg = "the provider cannot schedule this pod: 0/1 nodes are available: 1 Insufficient cpu. It stays Pending until the provider has room for it; " +
+		"to run it elsewhere, delete it (its controller makes a new one) or change the namespace's NamespaceOffloading"
+	for _, tc := range []struct {
+		name                string
+		s                   corev1.PodStatus
+		wantReason, wantMsg string
+	}{
+		{name: "cannot be scheduled", s: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{unschedulable}},
+			wantReason: offloadingv1alpha1.ReasonProviderUnschedulable, wantMsg: msg},
+		{name: "scheduled: nothing to say", s: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}}},
+		{name: "the pod's own reason wins", s: corev1.PodStatus{Phase: corev1.PodPending, Reason: "UnexpectedAdmissionError", Message: "m", Conditions: []corev1.PodCondition{unschedulable}},
+			wantReason: "UnexpectedAdmissionError", wantMsg: "m"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := StatusFromPod(&corev1.Pod{Status: tc.s})
+			if diff := cmp.Diff([]string{tc.wantReason, tc.wantMsg}, []string{got.Reason, got.Message}); diff != "" {
+				t.Errorf("reason and message (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestStarting(t *testing.T) {
 	waiting := func(reason string) []corev1.ContainerStatus {
 		return []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}}

@@ -28,6 +28,16 @@ func StatusFromPod(pod *corev1.Pod) offloadingv1alpha1.ShadowPodStatus {
 		InitContainerStatuses: s.InitContainerStatuses,
 		ContainerStatuses:     s.ContainerStatuses,
 	}
+	if out.Reason == "" && out.Message == "" && (out.Phase == "" || out.Phase == corev1.PodPending) {
+		if c := unscheduled(s.Conditions); c != nil {
+			// The consumer shows status.reason in `kubectl get pods`: say
+			// there what a local pod's user would learn from the
+			// scheduler, and what to do.
+			out.Reason = offloadingv1alpha1.ReasonProviderUnschedulable
+			out.Message = truncate("the provider cannot schedule this pod: "+c.Message+
+				". It stays Pending until the provider has room for it; to run it elsewhere, delete it (its controller makes a new one) or change the namespace's NamespaceOffloading", maxMessage)
+		}
+	}
 	if len(out.PodIPs) > maxPodIPs {
 		out.PodIPs = out.PodIPs[:maxPodIPs]
 	}
@@ -35,6 +45,17 @@ func StatusFromPod(pod *corev1.Pod) offloadingv1alpha1.ShadowPodStatus {
 		out.Conditions = out.Conditions[:maxConditions]
 	}
 	return out
+}
+
+// unscheduled returns the PodScheduled condition of conditions when it is
+// False, nil otherwise.
+func unscheduled(conditions []corev1.PodCondition) *corev1.PodCondition {
+	for i, c := range conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return &conditions[i]
+		}
+	}
+	return nil
 }
 
 // Starting reports whether a pod with status s is only being scheduled and
@@ -48,10 +69,8 @@ func Starting(s *corev1.PodStatus) bool {
 	if (s.Phase != "" && s.Phase != corev1.PodPending) || s.Reason != "" || s.Message != "" {
 		return false
 	}
-	for _, c := range s.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-			return false
-		}
+	if unscheduled(s.Conditions) != nil {
+		return false
 	}
 	for _, list := range [][]corev1.ContainerStatus{s.InitContainerStatuses, s.ContainerStatuses} {
 		for _, c := range list {
