@@ -832,7 +832,7 @@ func TestAdmissionsPerConsumer(t *testing.T) {
 
 func TestStatusFromPodUnschedulable(t *testing.T) {
 	unschedulable := corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
-		Message: "0/1 nodes are available: 1 Insufficient cpu"}
+		Message: "0/1 nodes are available: 1 Insufficient cpu."}
 	const msg = "the provider cannot schedule this pod: 0/1 nodes are available: 1 Insufficient cpu. It stays Pending until the provider has room for it; " +
 		"to run it elsewhere, delete it (its controller makes a new one) or change the namespace's NamespaceOffloading"
 	for _, tc := range []struct {

@@ -1,6 +1,8 @@
 package shadowpod
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
@@ -34,7 +36,7 @@ func StatusFromPod(pod *corev1.Pod) offloadingv1alpha1.ShadowPodStatus {
 			// there what a local pod's user would learn from the
 			// scheduler, and what to do.
 			out.Reason = offloadingv1alpha1.ReasonProviderUnschedulable
-			out.Message = truncate("the provider cannot schedule this pod: "+c.Message+
+			out.Message = truncate("the provider cannot schedule this pod: "+strings.TrimRight(c.Message, ". ")+
 				". It stays Pending until the provider has room for it; to run it elsewhere, delete it (its controller makes a new one) or change the namespace's NamespaceOffloading", maxMessage)
 		}
 	}
