@@ -59,3 +59,29 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// maxBurn bounds burn, so a mistyped duration cannot keep a CPU busy for
+// days.
+const maxBurn = time.Hour
+
+// burn keeps one CPU busy for the duration in args[0]; 2 on bad usage.
+func burn(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: echo-server burn DURATION (for example 90s)")
+		return 2
+	}
+	d, err := time.ParseDuration(args[0])
+	if err != nil || d <= 0 || d > maxBurn {
+		fmt.Fprintf(stderr, "echo-server burn: %q is not a duration between 0 and %s\n", args[0], maxBurn)
+		return 2
+	}
+	start := time.Now()
+	n := 0
+	for time.Since(start) < d {
+		for i := range 100000 {
+			n += i & 1
+		}
+	}
+	fmt.Fprintf(stdout, "burned %s (%d)\n", time.Since(start).Round(time.Millisecond), n%2)
+	return 0
+}

@@ -199,11 +199,19 @@ func TestRun(t *testing.T) {
 		{[]string{"say", "hello", "from", "beta"}, 0, "hello from beta\n"},
 		{[]string{"say"}, 0, "\n"},
 		{[]string{"frobnicate"}, 2, ""},
+		{[]string{"burn"}, 2, ""},
+		{[]string{"burn", "forever"}, 2, ""},
+		{[]string{"burn", "2h"}, 2, ""},
+		{[]string{"burn", "-1s"}, 2, ""},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(tc.args, &stdout, &stderr); code != tc.code || stdout.String() != tc.stdout {
 			t.Errorf("run %v = %d, %q; want %d, %q (stderr %q)", tc.args, code, stdout.String(), tc.code, tc.stdout, stderr.String())
 		}
+	}
+	var burned bytes.Buffer
+	if code := run([]string{"burn", "50ms"}, &burned, io.Discard); code != 0 || !strings.HasPrefix(burned.String(), "burned 50") {
+		t.Errorf("burn 50ms = %d %q", code, burned.String())
 	}
 	var stdout bytes.Buffer
 	if code := run([]string{"help"}, &stdout, io.Discard); code != 0 || !strings.Contains(stdout.String(), "/exit?code=N") {

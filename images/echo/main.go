@@ -30,6 +30,9 @@ const usage = `usage:
   echo-server get [-timeout 5s] URL
       GET URL and print the body; exit 1 when the request fails or the
       status is not 2xx.
+  echo-server burn DURATION
+      Keep one CPU busy for DURATION (a Go duration such as 90s, at most
+      1h), then print how long it burned: CPU load for autoscaling tests.
 `
 
 func main() {
@@ -48,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return say(args, stdout)
 	case "get":
 		return get(context.Background(), args, stdout, stderr)
+	case "burn":
+		return burn(args, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

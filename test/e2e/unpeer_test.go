@@ -168,7 +168,9 @@ func forcedUnpeer(t *testing.T, name string, fault func() error) {
 		if err := beta.ResumeAPIServer(ctx); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 90*time.Second, "beta without alpha's tenant", func() error {
+		// The grace period (20 s) counts from when beta's API server
+		// answers its agent again, then the namespaces' deletion.
+		eventually(t, 150*time.Second, "beta without alpha's tenant", func() error {
 			for _, name := range []string{"annex-tenant-alpha", ns + "-alpha"} {
 				n := &corev1.Namespace{}
 				if err := cb.Get(ctx, client.ObjectKey{Name: name}, n); err == nil {
