@@ -81,7 +81,9 @@ type BurstTrial struct {
 
 // runBursts runs every size's trials, direct and offloaded interleaved
 // (which goes first alternating, direct first in the first trial), smallest
-// size first, and adds them to r.Bursts.
+// size first, and adds them to r.Bursts. Each trial runs in every placement
+// of cfg (their order alternating too); a pinned one pins both clusters'
+// processes for its time (see burstUp).
 //
 // With an odd number of trials the last trial of a size ends with the
 // offloaded run. At size cfg.FootprintPods that run is taken with the
@@ -242,7 +244,11 @@ func burstTarget(e *env, mode string) (*kube, string) {
 }
 
 // burstUp creates Deployment name with t.N replicas and measures until every
-// pod is Ready.
+// pod is Ready. In the pinned placement it first pins every thread of both
+// clusters' processes (the consumer's to e.pinCPUs[consumerName], the
+// provider's to e.pinCPUs[providerName]) and checks it, pins again
+// repinDelay after the Deployment's creation, checks again once every pod
+// is Ready, and gives every thread all CPUs back when it returns.
 func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 	k, ns := burstTarget(e, t.Mode)
 	wctx, stopWatch := context.WithCancel(ctx)
@@ -266,6 +272,14 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 		}
 		defer p.unpin()
 		pin = p
+		// The Go runtime of each process lowers GOMAXPROCS to its new
+		// CPU count within about a second (sysmon rereads the affinity):
+		// start once they run as they would on a machine of one CPU.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pinSettle):
+		}
 	}
 	agentCPU0 := e.agentCPU()
 	adds0 := e.queueAdds(ctx)

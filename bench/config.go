@@ -73,7 +73,7 @@ var presets = map[string]Config{
 // developing: tiny sizes, one trial, one phase).
 func configFromFlags(fs *flag.FlagSet, args []string) (Config, options, error) {
 	var o options
-	scale := fs.String("scale", "small", "preset: small (under 10 minutes on 2 cores) or full (about 45 minutes)")
+	scale := fs.String("scale", "small", "preset: small (under 10 minutes on 2 cores with -placements shared) or full (about 45 minutes with -placements shared); the pinned placement runs the bursts again")
 	sizes := fs.String("sizes", "", "override the burst sizes, e.g. 5,20")
 	trials := fs.Int("trials", 0, "override the trials per burst size and mode")
 	failurePods := fs.Int("failure-pods", 0, "override the number of pods behind the failure-reaction Service")

@@ -45,6 +45,11 @@ func placementOf(t BurstTrial) string {
 // (they inherit their creator's affinity, so this should change nothing).
 const repinDelay = time.Second
 
+// pinSettle is how long a pinned trial waits between pinning and creating
+// its Deployment: Go programs (every process of the clusters) adjust
+// GOMAXPROCS to a changed affinity once a second at most.
+const pinSettle = 1500 * time.Millisecond
+
 // PinCheck is what a pinned trial checked of its threads' affinity.
 type PinCheck struct {
 	// CPUs is the CPU list each cluster's processes were pinned to.

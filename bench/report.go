@@ -122,7 +122,7 @@ func renderBursts(b *strings.Builder, r *Results) {
 	p("A Deployment of N replicas (one container, requests 10m CPU and 16Mi) is created and timed from the create call to the last of its pods "+
 		"seen Ready through a watch: **offloaded** = created in namespace `%s` of the consumer (offloaded, strategy Remote), so every pod goes "+
 		"through the virtual node `annex-%s` and runs on the provider as a ShadowPod's pod, Ready as seen on the consumer; **direct** = the same "+
-		"Deployment created in a plain namespace of the provider. Trials per N and mode: %d, interleaved (direct, offloaded, then offloaded, direct, …); "+
+		"Deployment created in a plain namespace of the provider. Trials per N, placement and mode: %d, interleaved (direct, offloaded, then offloaded, direct, …; each trial in every placement); "+
 		"after each trial the Deployment is deleted and the benchmark waits until no pod (and no ShadowPod) is left on either cluster. "+
 		"Times in seconds; pods/s = N / time to all Ready.\n\n", offloadNS, providerName, r.Config.BurstTrials)
 	for _, t := range r.Bursts {

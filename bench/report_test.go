@@ -77,7 +77,7 @@ func TestEvaluate(t *testing.T) {
 	want := map[string]string{
 		keyRatio:       "2.50 (27.5 s vs 11.0 s) => **no**",
 		keyRatioPinned: "1.10 (12.1 s vs 11.0 s) => yes",
-		keyFirstReady:  "+2.50 s at N=1000 pinned (3.00 s vs 0.50 s); the largest of 2 sizes × placements => **no**",
+		keyFirstReady:  "+2.50 s at N=1000 pinned (3.00 s vs 0.50 s); the largest of 2 (N, placement) pairs => **no**",
 		keyDetection:   "dead 3.00 s, hung 4.00 s => yes",
 		keyRecovery:    "dead 2.50 s, hung 1.90 s => yes",
 		keyUnpeer:      "N=10 3.0 s, N=100 6.0 s => yes",

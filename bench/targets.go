@@ -235,7 +235,7 @@ func firstReady(bursts []burstStats) TargetResult {
 		return t
 	}
 	if pairs > 1 {
-		t.Result += fmt.Sprintf("; the largest of %d sizes × placements", pairs)
+		t.Result += fmt.Sprintf("; the largest of %d (N, placement) pairs", pairs)
 	}
 	t.Met = ptrTo(worst <= targetFirstReady)
 	return t
