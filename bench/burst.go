@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -26,13 +28,18 @@ const (
 
 // BurstTrial is one Deployment brought up from nothing to every pod Ready.
 type BurstTrial struct {
-	N     int    `json:"n"`
-	Mode  string `json:"mode"`
-	Trial int    `json:"trial"`
+	N    int    `json:"n"`
+	Mode string `json:"mode"`
+	// Placement is where the clusters' processes ran: placementShared or
+	// placementPinned (empty in runs from before: shared).
+	Placement string `json:"placement,omitempty"`
+	Trial     int    `json:"trial"`
 	// AllReadySeconds is from the Deployment's creation to the last pod
-	// seen Ready; FirstReadySeconds to the first.
+	// seen Ready; FirstReadySeconds to the first, HalfReadySeconds to the
+	// one that made half of them (rounded up) Ready.
 	AllReadySeconds   float64 `json:"allReadySeconds"`
 	FirstReadySeconds float64 `json:"firstReadySeconds"`
+	HalfReadySeconds  float64 `json:"halfReadySeconds,omitempty"`
 	PodsPerSecond     float64 `json:"podsPerSecond"`
 	// CleanupSeconds is how long deleting it took until no pod (and, when
 	// offloaded, no ShadowPod) was left on either cluster; not a result.
@@ -43,6 +50,15 @@ type BurstTrial struct {
 	// machine's CPU time that was (1: every CPU busy all along).
 	CPUSeconds float64 `json:"cpuSeconds,omitempty"`
 	CPUBusy    float64 `json:"cpuBusy,omitempty"`
+	// CPUBusyPerCPU is how busy each CPU was over the same interval, by
+	// CPU number (/proc/stat's cpuN lines).
+	CPUBusyPerCPU []float64 `json:"cpuBusyPerCPU,omitempty"`
+	// ProcessCPUSeconds is the CPU time (utime+stime) each process of
+	// both clusters used over the same interval, by "<cluster>/<name>":
+	// the components, the agent, and any process they started.
+	ProcessCPUSeconds map[string]float64 `json:"processCPUSeconds,omitempty"`
+	// PinCheck is what a pinned trial checked of its threads' affinity.
+	PinCheck *PinCheck `json:"pinCheck,omitempty"`
 	// Writes are the write requests both API servers answered from the
 	// Deployment's creation until writesSettle after the last pod was
 	// Ready, to objects in the trial's namespaces (on the provider, the
@@ -65,7 +81,9 @@ type BurstTrial struct {
 
 // runBursts runs every size's trials, direct and offloaded interleaved
 // (which goes first alternating, direct first in the first trial), smallest
-// size first, and adds them to r.Bursts.
+// size first, and adds them to r.Bursts. Each trial runs in every placement
+// of cfg (their order alternating too); a pinned one pins both clusters'
+// processes for its time (see burstUp).
 //
 // With an odd number of trials the last trial of a size ends with the
 // offloaded run. At size cfg.FootprintPods that run is taken with the
@@ -77,61 +95,98 @@ func runBursts(ctx context.Context, e *env, cfg Config, r *Results) (footprintDo
 	if err := createNamespace(ctx, e.provider, directNS); err != nil {
 		return false, err
 	}
+	placements := e.planPlacements(cfg, r)
 	for _, n := range cfg.BurstSizes {
 		for i := range cfg.BurstTrials {
 			modes := []string{modeDirect, modeOffloaded}
+			order := slices.Clone(placements)
 			if i%2 == 1 {
 				modes = []string{modeOffloaded, modeDirect}
+				slices.Reverse(order)
 			}
-			for _, mode := range modes {
-				t := BurstTrial{N: n, Mode: mode, Trial: i + 1}
-				keep := mode == modeOffloaded && i == cfg.BurstTrials-1 && n == cfg.FootprintPods && cfg.runs(phaseFootprint) && !footprintDone
-				name := fmt.Sprintf("burst-%d-%d-%s", n, i+1, mode[:3])
-				var err error
-				if keep {
-					est := profileEstimate(r, n)
-					t.Profiled = true
-					var profiles []Profile
-					profiles, err = e.profileDuring(ctx, keyRatio, fmt.Sprintf("offloaded burst trial %d of %d pods", i+1, n), est, func() error {
-						return burstUp(ctx, e, &t, name)
-					})
-					r.Profiles = append(r.Profiles, profiles...)
-				} else {
-					err = burstUp(ctx, e, &t, name)
-				}
-				if ctx.Err() != nil {
-					return footprintDone, ctx.Err()
-				}
-				if err == nil && keep {
-					logBurst(e, t, cfg, nil)
-					if ferr := runFootprintWindow(ctx, e, cfg, r, n); ferr != nil {
-						err = fmt.Errorf("footprint: %w", ferr)
+			for _, placement := range order {
+				for _, mode := range modes {
+					t := BurstTrial{N: n, Mode: mode, Placement: placement, Trial: i + 1}
+					keep := mode == modeOffloaded && placement == placementShared && i == cfg.BurstTrials-1 && n == cfg.FootprintPods && cfg.runs(phaseFootprint) && !footprintDone
+					name := fmt.Sprintf("burst-%d-%d-%s-%s", n, i+1, placement[:3], mode[:3])
+					var err error
+					if keep {
+						est := profileEstimate(r, n)
+						t.Profiled = true
+						var profiles []Profile
+						profiles, err = e.profileDuring(ctx, keyRatio, fmt.Sprintf("offloaded burst trial %d of %d pods", i+1, n), est, func() error {
+							return burstUp(ctx, e, &t, name)
+						})
+						r.Profiles = append(r.Profiles, profiles...)
+					} else {
+						err = burstUp(ctx, e, &t, name)
 					}
-					footprintDone = true
+					if ctx.Err() != nil {
+						return footprintDone, ctx.Err()
+					}
+					if err == nil && keep {
+						logBurst(e, t, cfg, nil)
+						if ferr := runFootprintWindow(ctx, e, cfg, r, n); ferr != nil {
+							err = fmt.Errorf("footprint: %w", ferr)
+						}
+						footprintDone = true
+					}
+					if cerr := burstDown(ctx, e, &t, name); err == nil {
+						err = cerr
+					}
+					if ctx.Err() != nil {
+						return footprintDone, ctx.Err()
+					}
+					if err != nil {
+						t.Error = err.Error()
+					}
+					if !keep || err != nil {
+						logBurst(e, t, cfg, err)
+					} else {
+						e.log.printf("%s: cleaned up in %.1fs", burstLabel(t, cfg), t.CleanupSeconds)
+					}
+					r.Bursts = append(r.Bursts, t)
 				}
-				if cerr := burstDown(ctx, e, &t, name); err == nil {
-					err = cerr
-				}
-				if ctx.Err() != nil {
-					return footprintDone, ctx.Err()
-				}
-				if err != nil {
-					t.Error = err.Error()
-				}
-				if !keep || err != nil {
-					logBurst(e, t, cfg, err)
-				} else {
-					e.log.printf("burst N=%d trial %d/%d %s: cleaned up in %.1fs", n, i+1, cfg.BurstTrials, mode, t.CleanupSeconds)
-				}
-				r.Bursts = append(r.Bursts, t)
 			}
 		}
 	}
 	return footprintDone, nil
 }
 
+// planPlacements returns the placements the bursts run in, and for the
+// pinned one decides the CPUs (e.pinCPUs). Without two CPUs to pin to,
+// pinned is left out and the reason recorded (r.Environment.PinnedSkipped).
+func (e *env) planPlacements(cfg Config, r *Results) []string {
+	var out []string
+	for _, p := range cfg.placements() {
+		if p == placementPinned {
+			allowed, err := ownCPUs()
+			if err == nil {
+				e.pinCPUs, err = pinPlan(allowed)
+			}
+			if err != nil {
+				r.Environment.PinnedSkipped = err.Error()
+				e.log.printf("burst: pinned placement skipped: %v", err)
+				continue
+			}
+			e.allowedCPUs = allowed
+			e.log.printf("burst: pinned trials run %s's processes on CPU %s and %s's on CPU %s (every CPU, %s, given back after each)",
+				consumerName, formatCPUList(e.pinCPUs[consumerName]), providerName, formatCPUList(e.pinCPUs[providerName]), formatCPUList(allowed))
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func burstLabel(t BurstTrial, cfg Config) string {
+	return fmt.Sprintf("burst N=%d trial %d/%d %-6s %-9s", t.N, t.Trial, cfg.BurstTrials, placementOf(t), t.Mode)
+}
+
 func logBurst(e *env, t BurstTrial, cfg Config, err error) {
-	label := fmt.Sprintf("burst N=%d trial %d/%d %-9s", t.N, t.Trial, cfg.BurstTrials, t.Mode)
+	label := burstLabel(t, cfg)
+	if c := t.PinCheck; c != nil {
+		e.log.printf("%s: pinned (%s): right after pinning %s; all Ready %s; set again after %s: %d threads", label, pinCPUsLine(c.CPUs), c.Pinned, c.Ready, repinDelay, c.Repinned)
+	}
 	if err != nil {
 		e.log.printf("%s: FAILED: %v", label, err)
 		return
@@ -140,7 +195,10 @@ func logBurst(e *env, t BurstTrial, cfg Config, err error) {
 	if t.Profiled {
 		clean = " (agents profiled meanwhile; pods kept for the footprint phase)"
 	}
-	e.log.printf("%s: all Ready in %6.2fs (first %5.2fs, %6.1f pods/s)%s", label, t.AllReadySeconds, t.FirstReadySeconds, t.PodsPerSecond, clean)
+	e.log.printf("%s: all Ready in %6.2fs (first %5.2fs, half %5.2fs, %6.1f pods/s)%s", label, t.AllReadySeconds, t.FirstReadySeconds, t.HalfReadySeconds, t.PodsPerSecond, clean)
+	if len(t.CPUBusyPerCPU) > 0 || len(t.ProcessCPUSeconds) > 0 {
+		e.log.printf("%s: CPUs busy %s; CPU-seconds %s", label, perCPULine(t.CPUBusyPerCPU), processCPULine(t.ProcessCPUSeconds))
+	}
 	if t.Mode == modeOffloaded && len(t.Writes) > 0 {
 		cpu := ""
 		for _, name := range []string{consumerName, providerName} {
@@ -167,7 +225,7 @@ func logBurst(e *env, t BurstTrial, cfg Config, err error) {
 // long as the ones before took (p50), else a guess.
 func profileEstimate(r *Results, n int) time.Duration {
 	for _, s := range summarizeBursts(r.Bursts) {
-		if s.N == n && s.Mode == modeOffloaded && s.AllReady.N > 0 {
+		if s.N == n && s.Mode == modeOffloaded && s.Placement == placementShared && s.AllReady.N > 0 {
 			return time.Duration(s.AllReady.P50 * float64(time.Second))
 		}
 	}
@@ -186,7 +244,11 @@ func burstTarget(e *env, mode string) (*kube, string) {
 }
 
 // burstUp creates Deployment name with t.N replicas and measures until every
-// pod is Ready.
+// pod is Ready. In the pinned placement it first pins every thread of both
+// clusters' processes (the consumer's to e.pinCPUs[consumerName], the
+// provider's to e.pinCPUs[providerName]) and checks it, pins again
+// repinDelay after the Deployment's creation, checks again once every pod
+// is Ready, and gives every thread all CPUs back when it returns.
 func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 	k, ns := burstTarget(e, t.Mode)
 	wctx, stopWatch := context.WithCancel(ctx)
@@ -201,12 +263,34 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 			cursors = append(cursors, cur)
 		}
 	}
+	var pin *pinning
+	if placementOf(*t) == placementPinned {
+		p, err := e.pin(e.pinCPUs, e.allowedCPUs)
+		t.PinCheck = p.check
+		if err != nil {
+			return err
+		}
+		defer p.unpin()
+		pin = p
+		// The Go runtime of each process lowers GOMAXPROCS to its new
+		// CPU count within about a second (sysmon rereads the affinity):
+		// start once they run as they would on a machine of one CPU.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pinSettle):
+		}
+	}
 	agentCPU0 := e.agentCPU()
 	adds0 := e.queueAdds(ctx)
+	procs0 := procCPU(e.clusterProcs())
 	cpu0, cpuErr := readMachineCPU()
 	start := time.Now()
 	if _, err := k.cs.AppsV1().Deployments(ns).Create(ctx, deployment(ns, name, t.N), metav1.CreateOptions{}); err != nil {
 		return err
+	}
+	if pin != nil {
+		pin.started()
 	}
 	first, last, err := w.waitReady(ctx, t.N, burstTimeout(t.N))
 	if err != nil {
@@ -214,10 +298,18 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 	}
 	if cpu1, err := readMachineCPU(); err == nil && cpuErr == nil {
 		t.CPUSeconds, t.CPUBusy = cpuUse(cpu0, cpu1)
+		t.CPUBusyPerCPU = perCPUBusy(cpu0, cpu1)
 	}
+	t.ProcessCPUSeconds = cpuDelta(procs0, procCPU(e.clusterProcs()))
 	t.AllReadySeconds = last.Sub(start).Seconds()
 	t.FirstReadySeconds = first.Sub(start).Seconds()
+	t.HalfReadySeconds = w.nthReady((t.N + 1) / 2).Sub(start).Seconds()
 	t.PodsPerSecond = float64(t.N) / t.AllReadySeconds
+	if pin != nil {
+		if err := pin.ready(); err != nil {
+			return err
+		}
+	}
 
 	// Writes (and agent CPU) that follow the last Ready belong to the
 	// burst too: the status mirrors that were still under way.
@@ -263,6 +355,21 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 		}
 	}
 	return nil
+}
+
+// cpuDelta is the CPU-seconds used between two readings of procCPU, for
+// the processes in both (and not restarted in between).
+func cpuDelta(from, to map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range to {
+		if v0, ok := from[k]; ok && v >= v0 {
+			out[k] = math.Round((v-v0)*clockTicks) / clockTicks // whole ticks
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // writesSettle is how long after the last pod is Ready a burst trial's
@@ -377,48 +484,168 @@ func deployment(ns, name string, replicas int) *appsv1.Deployment {
 	}
 }
 
-// burstStats summarizes the trials of one size and mode.
+// burstStats summarizes the trials of one size, mode and placement.
 type burstStats struct {
-	N                         int
-	Mode                      string
-	Trials, Failed            int
-	AllReady, FirstReady, PPS Summary
+	N                                    int
+	Mode, Placement                      string
+	Trials, Failed                       int
+	AllReady, FirstReady, HalfReady, PPS Summary
 	// CPUSeconds and CPUBusy summarize the machine's CPU use (trials
-	// without a reading left out).
+	// without a reading left out), CPUBusyPerCPU each CPU's by number.
 	CPUSeconds, CPUBusy Summary
+	CPUBusyPerCPU       []Summary
+	// ClusterCPU summarizes the CPU-seconds of each cluster's processes
+	// (their ProcessCPUSeconds added up), by cluster; ProcessCPU each
+	// process's, by "<cluster>/<name>".
+	ClusterCPU, ProcessCPU map[string]Summary
+	// PinCheck adds up the pinned trials' checks (nil when none ran
+	// pinned).
+	PinCheck *PinCheck
 }
+
+// burstKey is what a burstStats summarizes.
+func burstKey(t BurstTrial) [3]any { return [3]any{t.N, t.Mode, placementOf(t)} }
 
 func summarizeBursts(trials []BurstTrial) []burstStats {
 	var out []burstStats
-	index := map[[2]any]int{}
+	index := map[[3]any]int{}
 	for _, t := range trials {
-		key := [2]any{t.N, t.Mode}
+		key := burstKey(t)
 		i, ok := index[key]
 		if !ok {
 			i = len(out)
 			index[key] = i
-			out = append(out, burstStats{N: t.N, Mode: t.Mode})
+			out = append(out, burstStats{N: t.N, Mode: t.Mode, Placement: placementOf(t)})
 		}
 		out[i].Trials++
 		if t.Error != "" {
 			out[i].Failed++
 		}
+		if c := t.PinCheck; c != nil {
+			s := out[i].PinCheck
+			if s == nil {
+				s = &PinCheck{CPUs: c.CPUs}
+				out[i].PinCheck = s
+			}
+			s.Pinned.add(c.Pinned)
+			s.Ready.add(c.Ready)
+		}
 	}
 	for i := range out {
-		var all, first, rate, cpu, busy []float64
+		var all, first, half, rate, cpu, busy []float64
+		var perCPU [][]float64
+		clusters, procs := map[string][]float64{}, map[string][]float64{}
 		for _, t := range trials {
-			if t.N == out[i].N && t.Mode == out[i].Mode && t.Error == "" {
-				all = append(all, t.AllReadySeconds)
-				first = append(first, t.FirstReadySeconds)
-				rate = append(rate, t.PodsPerSecond)
-				if t.CPUBusy > 0 {
-					cpu = append(cpu, t.CPUSeconds)
-					busy = append(busy, t.CPUBusy)
+			if burstKey(t) != statsKey(out[i]) || t.Error != "" {
+				continue
+			}
+			all = append(all, t.AllReadySeconds)
+			first = append(first, t.FirstReadySeconds)
+			rate = append(rate, t.PodsPerSecond)
+			if t.HalfReadySeconds > 0 {
+				half = append(half, t.HalfReadySeconds)
+			}
+			if t.CPUBusy > 0 {
+				cpu = append(cpu, t.CPUSeconds)
+				busy = append(busy, t.CPUBusy)
+			}
+			for c, v := range t.CPUBusyPerCPU {
+				for len(perCPU) <= c {
+					perCPU = append(perCPU, nil)
 				}
+				perCPU[c] = append(perCPU[c], v)
+			}
+			sums := map[string]float64{}
+			for name, v := range t.ProcessCPUSeconds {
+				procs[name] = append(procs[name], v)
+				cluster, _, _ := strings.Cut(name, "/")
+				sums[cluster] += v
+			}
+			for c, v := range sums {
+				clusters[c] = append(clusters[c], v)
 			}
 		}
-		out[i].AllReady, out[i].FirstReady, out[i].PPS = summarize(all), summarize(first), summarize(rate)
+		out[i].AllReady, out[i].FirstReady, out[i].HalfReady, out[i].PPS = summarize(all), summarize(first), summarize(half), summarize(rate)
 		out[i].CPUSeconds, out[i].CPUBusy = summarize(cpu), summarize(busy)
+		for _, xs := range perCPU {
+			out[i].CPUBusyPerCPU = append(out[i].CPUBusyPerCPU, summarize(xs))
+		}
+		out[i].ClusterCPU, out[i].ProcessCPU = summarizeAll(clusters), summarizeAll(procs)
 	}
 	return out
+}
+
+func statsKey(s burstStats) [3]any { return [3]any{s.N, s.Mode, s.Placement} }
+
+// summarizeAll summarizes each key's samples (nil without any).
+func summarizeAll(m map[string][]float64) map[string]Summary {
+	if len(m) == 0 {
+		return nil
+	}
+	out := map[string]Summary{}
+	for k, xs := range m {
+		out[k] = summarize(xs)
+	}
+	return out
+}
+
+// add counts another check in c.
+func (c *ThreadCheck) add(o ThreadCheck) {
+	c.Processes += o.Processes
+	c.Threads += o.Threads
+	c.Mismatches += o.Mismatches
+	for _, x := range o.Examples {
+		if len(c.Examples) < maxExamples {
+			c.Examples = append(c.Examples, x)
+		}
+	}
+}
+
+// perCPULine is "cpu0 97%, cpu1 99%".
+func perCPULine(busy []float64) string {
+	parts := make([]string, len(busy))
+	for i, b := range busy {
+		parts[i] = fmt.Sprintf("cpu%d %.0f%%", i, 100*b)
+	}
+	return orDash(strings.Join(parts, ", "))
+}
+
+// processCPULine is "alpha 12.3 (kube-apiserver 5.1, etcd 2.0, …); beta …":
+// each cluster's total and its processes, most first.
+func processCPULine(cpu map[string]float64) string {
+	byCluster := map[string][]string{}
+	totals := map[string]float64{}
+	names := make([]string, 0, len(cpu))
+	for k := range cpu {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if cpu[names[i]] != cpu[names[j]] {
+			return cpu[names[i]] > cpu[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	for _, k := range names {
+		cluster, proc, _ := strings.Cut(k, "/")
+		byCluster[cluster] = append(byCluster[cluster], fmt.Sprintf("%s %.2f", proc, cpu[k]))
+		totals[cluster] += cpu[k]
+	}
+	var parts []string
+	for _, c := range []string{consumerName, providerName} {
+		if len(byCluster[c]) > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.2f (%s)", c, totals[c], strings.Join(byCluster[c], ", ")))
+		}
+	}
+	return orDash(strings.Join(parts, "; "))
+}
+
+// pinCPUsLine is "alpha on CPU 0, beta on CPU 1".
+func pinCPUsLine(cpus map[string]string) string {
+	var parts []string
+	for _, c := range []string{consumerName, providerName} {
+		if l, ok := cpus[c]; ok {
+			parts = append(parts, fmt.Sprintf("%s on CPU %s", c, l))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

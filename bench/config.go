@@ -33,6 +33,10 @@ type Config struct {
 	Window Duration `json:"window"`
 	// Phases limits the run to some phases (all when empty).
 	Phases []string `json:"phases,omitempty"`
+	// Placements are the placements every burst trial runs in
+	// (placementShared, placementPinned; empty in runs from before: shared
+	// only).
+	Placements []string `json:"placements,omitempty"`
 }
 
 // Phase names, in the order they run.
@@ -69,7 +73,7 @@ var presets = map[string]Config{
 // developing: tiny sizes, one trial, one phase).
 func configFromFlags(fs *flag.FlagSet, args []string) (Config, options, error) {
 	var o options
-	scale := fs.String("scale", "small", "preset: small (under 10 minutes on 2 cores) or full (about 45 minutes)")
+	scale := fs.String("scale", "small", "preset: small (under 10 minutes on 2 cores with -placements shared) or full (about 45 minutes with -placements shared); the pinned placement runs the bursts again")
 	sizes := fs.String("sizes", "", "override the burst sizes, e.g. 5,20")
 	trials := fs.Int("trials", 0, "override the trials per burst size and mode")
 	failurePods := fs.Int("failure-pods", 0, "override the number of pods behind the failure-reaction Service")
@@ -80,6 +84,8 @@ func configFromFlags(fs *flag.FlagSet, args []string) (Config, options, error) {
 	settle := fs.Duration("settle", 0, "override the quiet time before an idle window")
 	window := fs.Duration("window", 0, "override the length of an idle window")
 	phases := fs.String("phases", "", "run only these phases (comma-separated: "+strings.Join(allPhases, ",")+")")
+	placements := fs.String("placements", strings.Join(allPlacements, ","), "run every burst trial in these placements (comma-separated): "+
+		"shared (every process on every CPU) and pinned (the consumer's processes on one CPU, the provider's on another; needs 2 CPUs)")
 	fs.StringVar(&o.out, "out", "bench/results", "directory the results are written to")
 	fs.StringVar(&o.bin, "bin", "bin", "directory holding annexctl and annex-agent (make build)")
 	fs.StringVar(&o.kubeBin, "kube-bin", "", "directory holding the Kubernetes binaries (default: make tools' cache)")
@@ -134,6 +140,15 @@ func configFromFlags(fs *flag.FlagSet, args []string) (Config, options, error) {
 			c.Phases = append(c.Phases, p)
 		}
 	}
+	for p := range strings.SplitSeq(*placements, ",") {
+		p = strings.TrimSpace(p)
+		if !contains(allPlacements, p) {
+			return c, o, fmt.Errorf("-placements: unknown placement %q (placements: %s)", p, strings.Join(allPlacements, ","))
+		}
+		if !contains(c.Placements, p) {
+			c.Placements = append(c.Placements, p)
+		}
+	}
 	if c.Scale != "small" && c.Scale != "full" || len(c.BurstSizes) == 0 {
 		return c, o, errors.New("no burst sizes")
 	}
@@ -167,7 +182,16 @@ func (c Config) custom() bool {
 	p := presets[c.Scale]
 	return fmt.Sprint(p.BurstSizes, p.BurstTrials, p.FailurePods, p.FailureTrials, p.UnpeerSizes, p.UnpeerTrials, p.FootprintPods, p.Settle, p.Window) !=
 		fmt.Sprint(c.BurstSizes, c.BurstTrials, c.FailurePods, c.FailureTrials, c.UnpeerSizes, c.UnpeerTrials, c.FootprintPods, c.Settle, c.Window) ||
-		len(c.Phases) > 0
+		len(c.Phases) > 0 || fmt.Sprint(c.placements()) != fmt.Sprint(allPlacements) && len(c.Placements) > 0
+}
+
+// placements are the placements of the burst trials: those asked for, or
+// shared only in runs from before placements existed.
+func (c Config) placements() []string {
+	if len(c.Placements) == 0 {
+		return []string{placementShared}
+	}
+	return c.Placements
 }
 
 // maxPods is the most pods the provider runs at once.

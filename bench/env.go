@@ -67,6 +67,10 @@ type env struct {
 	provider *kube
 	agents   map[string]*agentProc // by cluster name
 	log      *logger
+	// pinCPUs are the CPUs of each cluster's processes in pinned burst
+	// trials, by cluster; allowedCPUs what they get back after each.
+	pinCPUs     map[string][]int
+	allowedCPUs []int
 }
 
 // providerNodes is how many kwok nodes the provider needs for pods pods.

@@ -18,7 +18,9 @@
 //
 //   - idle: an idle window with nothing offloaded (footprint, churn);
 //   - burst: Deployments of N pods created offloaded and directly on the
-//     provider, interleaved, timed until every pod is Ready;
+//     provider, interleaved, timed until every pod is Ready, each trial in
+//     two placements: shared (every process on every CPU) and pinned (the
+//     consumer's processes on one CPU, the provider's on another);
 //   - footprint: an idle window with many offloaded pods: agent RSS and CPU
 //     from /proc, API writes from rest_client_requests_total and, attributed
 //     by object, from watches on both API servers;

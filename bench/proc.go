@@ -97,23 +97,31 @@ func parseCPUTicks(stat []byte) (uint64, error) {
 // otherAPIServers counts the kube-apiserver processes on this machine whose
 // command line does not mention dir (clusters of other people or runs).
 func otherAPIServers(dir string) int {
-	entries, _ := os.ReadDir("/proc")
 	n := 0
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		comm, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+	for _, pid := range procPIDs("/proc") {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 		if err != nil || strings.TrimSpace(string(comm)) != "kube-apiserver" {
 			continue
 		}
-		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if dir != "" && bytes.Contains(cmdline, []byte(dir)) {
 			continue
 		}
 		n++
 	}
 	return n
+}
+
+// procPIDs lists the processes in procRoot (/proc, or a copy in tests).
+func procPIDs(procRoot string) []int {
+	entries, _ := os.ReadDir(procRoot)
+	var out []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // loadAverage is the first field of /proc/loadavg.
@@ -129,13 +137,20 @@ func loadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-// MachineCPU is a reading of the first line of /proc/stat: CPU time of the
+// MachineCPU is a reading of the cpu lines of /proc/stat: CPU time of the
 // whole machine, every process of every cluster, the benchmark and the
 // agents included.
 type MachineCPU struct {
 	At time.Time
 	// Busy and Total are clock ticks summed over every CPU: Total counts
 	// every state, Busy all but idle and iowait.
+	Busy, Total uint64
+	// CPUs are the same for each CPU (cpu0, cpu1, ...), by number.
+	CPUs []CPUTicks
+}
+
+// CPUTicks are one CPU's clock ticks: busy and in all.
+type CPUTicks struct {
 	Busy, Total uint64
 }
 
@@ -150,26 +165,56 @@ func readMachineCPU() (MachineCPU, error) {
 	return m, err
 }
 
-// parseMachineCPU parses the "cpu" line of /proc/stat: user nice system idle
-// iowait irq softirq steal (guest time is part of user already).
+// parseMachineCPU parses the "cpu" line of /proc/stat and the "cpuN" lines
+// after it: user nice system idle iowait irq softirq steal (guest time is
+// part of user already).
 func parseMachineCPU(stat []byte) (MachineCPU, error) {
-	line, _, _ := bytes.Cut(stat, []byte("\n"))
-	f := strings.Fields(string(line))
-	if len(f) < 9 || f[0] != "cpu" {
-		return MachineCPU{}, fmt.Errorf("unexpected first line of /proc/stat %q", line)
-	}
 	var m MachineCPU
+	for i, line := range bytes.Split(stat, []byte("\n")) {
+		f := strings.Fields(string(line))
+		if i == 0 && (len(f) == 0 || f[0] != "cpu") {
+			return MachineCPU{}, fmt.Errorf("unexpected first line of /proc/stat %q", line)
+		}
+		if len(f) == 0 || !strings.HasPrefix(f[0], "cpu") {
+			break // the cpu lines come first
+		}
+		t, err := parseCPUTicksLine(f)
+		if err != nil {
+			return MachineCPU{}, err
+		}
+		if i == 0 {
+			m.Busy, m.Total = t.Busy, t.Total
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(f[0], "cpu"))
+		if err != nil || n < 0 || n > 4095 {
+			return MachineCPU{}, fmt.Errorf("/proc/stat: unexpected line %q", line)
+		}
+		for len(m.CPUs) <= n {
+			m.CPUs = append(m.CPUs, CPUTicks{})
+		}
+		m.CPUs[n] = t
+	}
+	return m, nil
+}
+
+// parseCPUTicksLine adds up the fields of one cpu line of /proc/stat.
+func parseCPUTicksLine(f []string) (CPUTicks, error) {
+	if len(f) < 9 {
+		return CPUTicks{}, fmt.Errorf("/proc/stat: %s has %d fields", f[0], len(f)-1)
+	}
+	var t CPUTicks
 	for i, s := range f[1:9] {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return MachineCPU{}, fmt.Errorf("/proc/stat field %d: %w", i+1, err)
+			return CPUTicks{}, fmt.Errorf("/proc/stat %s field %d: %w", f[0], i+1, err)
 		}
-		m.Total += v
+		t.Total += v
 		if i != 3 && i != 4 { // idle, iowait
-			m.Busy += v
+			t.Busy += v
 		}
 	}
-	return m, nil
+	return t, nil
 }
 
 // cpuUse is what the machine's CPUs did between two readings: the CPU
@@ -181,4 +226,39 @@ func cpuUse(from, to MachineCPU) (seconds, busy float64) {
 	}
 	b := float64(to.Busy - from.Busy)
 	return b / clockTicks, b / float64(to.Total-from.Total)
+}
+
+// perCPUBusy is the share of the time between two readings each CPU was
+// busy, by CPU number (nil when the readings do not list the same CPUs).
+func perCPUBusy(from, to MachineCPU) []float64 {
+	if len(from.CPUs) != len(to.CPUs) || len(to.CPUs) == 0 {
+		return nil
+	}
+	out := make([]float64, len(to.CPUs))
+	for i, t := range to.CPUs {
+		f := from.CPUs[i]
+		if t.Total > f.Total {
+			out[i] = float64(t.Busy-f.Busy) / float64(t.Total-f.Total)
+		}
+	}
+	return out
+}
+
+// procCPU reads the CPU-seconds of every process of procs, by
+// "<cluster>/<name>" (a second process of the same name gets its PID
+// added); processes that cannot be read are left out.
+func procCPU(procs []clusterProc) map[string]float64 {
+	out := map[string]float64{}
+	for _, p := range procs {
+		s, err := readProc(p.pid)
+		if err != nil {
+			continue
+		}
+		key := p.cluster + "/" + p.name
+		if _, dup := out[key]; dup {
+			key = fmt.Sprintf("%s/%s[%d]", p.cluster, p.name, p.pid)
+		}
+		out[key] = s.CPUSeconds
+	}
+	return out
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestStatusKB(t *testing.T) {
@@ -51,5 +53,46 @@ func TestParseMachineCPU(t *testing.T) {
 	}
 	if _, err := parseMachineCPU([]byte("intr 1 2 3\n")); err == nil {
 		t.Error("parseMachineCPU without a cpu line: want an error")
+	}
+}
+
+func TestPerCPUBusy(t *testing.T) {
+	from, err := parseMachineCPU([]byte("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\ncpu1 50 0 25 400 25 0 0 0 0 0\nintr 5\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]CPUTicks{{Busy: 75, Total: 500}, {Busy: 75, Total: 500}}, from.CPUs); diff != "" {
+		t.Errorf("per-CPU ticks (-want +got):\n%s", diff)
+	}
+	// cpu0 busy 90 of the next 100 ticks, cpu1 10 of 100.
+	to, err := parseMachineCPU([]byte("cpu  200 0 50 900 50 0 0 0 0 0\ncpu0 140 0 25 410 25 0 0 0 0 0\ncpu1 60 0 25 490 25 0 0 0 0 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		from, to MachineCPU
+		want     []float64
+	}{
+		{"two CPUs", from, to, []float64{0.9, 0.1}},
+		{"no time passed", from, from, []float64{0, 0}},
+		{"CPU lists differ", from, MachineCPU{CPUs: to.CPUs[:1]}, nil},
+	} {
+		if diff := cmp.Diff(tc.want, perCPUBusy(tc.from, tc.to)); diff != "" {
+			t.Errorf("%s: perCPUBusy (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}
+
+func TestCPUDelta(t *testing.T) {
+	from := map[string]float64{"alpha/etcd": 1.0, "beta/kube-apiserver": 2.5, "beta/kwok": 9}
+	to := map[string]float64{"alpha/etcd": 1.3, "beta/kube-apiserver": 4.0, "beta/kwok": 0.1, "beta/new": 1}
+	// kwok restarted (less than before) and a new process: left out.
+	want := map[string]float64{"alpha/etcd": 0.3, "beta/kube-apiserver": 1.5}
+	if diff := cmp.Diff(want, cpuDelta(from, to)); diff != "" {
+		t.Errorf("cpuDelta (-want +got):\n%s", diff)
+	}
+	if got := cpuDelta(nil, to); got != nil {
+		t.Errorf("cpuDelta without a first reading = %v, want nil", got)
 	}
 }

@@ -39,7 +39,7 @@ func markdown(r *Results, outDir string) string {
 	p("Two fresh local clusters (`internal/localcluster`: real etcd, kube-apiserver, controller-manager, scheduler; kwok nodes): "+
 		"consumer **%s** (1 kwok node) and provider **%s** (%d kwok nodes of %d pods), Annex installed in both, each agent a local process "+
 		"authenticated as its ServiceAccount, peered with room for every pod. Everything ran on this one machine, so the clusters, the agents and the "+
-		"benchmark share its CPUs. Raw numbers of every trial: the JSON next to this file. How to run: [docs/bench.md](../../docs/bench.md).\n\n",
+		"benchmark share its CPUs (but for the pinned burst trials, where each cluster had a CPU of its own). Raw numbers of every trial: the JSON next to this file. How to run: [docs/bench.md](../../docs/bench.md).\n\n",
 		consumerName, providerName, env.ProviderNodes, kwokPodsPerNode)
 
 	p("## Targets\n\n")
@@ -122,7 +122,7 @@ func renderBursts(b *strings.Builder, r *Results) {
 	p("A Deployment of N replicas (one container, requests 10m CPU and 16Mi) is created and timed from the create call to the last of its pods "+
 		"seen Ready through a watch: **offloaded** = created in namespace `%s` of the consumer (offloaded, strategy Remote), so every pod goes "+
 		"through the virtual node `annex-%s` and runs on the provider as a ShadowPod's pod, Ready as seen on the consumer; **direct** = the same "+
-		"Deployment created in a plain namespace of the provider. Trials per N and mode: %d, interleaved (direct, offloaded, then offloaded, direct, …); "+
+		"Deployment created in a plain namespace of the provider. Trials per N, placement and mode: %d, interleaved (direct, offloaded, then offloaded, direct, …; each trial in every placement); "+
 		"after each trial the Deployment is deleted and the benchmark waits until no pod (and no ShadowPod) is left on either cluster. "+
 		"Times in seconds; pods/s = N / time to all Ready.\n\n", offloadNS, providerName, r.Config.BurstTrials)
 	for _, t := range r.Bursts {
@@ -132,13 +132,22 @@ func renderBursts(b *strings.Builder, r *Results) {
 		}
 	}
 	p("CPU is the whole machine's from /proc/stat over the same interval (every process of both clusters, the agents and the benchmark): "+
-		"CPU-seconds used and how busy the %d CPUs were.\n\n", r.Environment.CPUs)
-	p("| N | mode | trials | all Ready p50 | all Ready max | first Ready p50 | pods/s p50 | CPU-s p50 | CPUs busy p50 | offloaded / direct (p50) | CPU-s offloaded / direct |\n")
-	p("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		"CPU-seconds used and how busy the %d CPUs were, all together and each (`cpuN` lines); per cluster, the CPU-seconds (utime+stime) "+
+		"of its processes (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, its agent) over the same interval. "+
+		"Half Ready is the time until half of the pods (rounded up) were Ready.\n\n", r.Environment.CPUs)
+	p("Placement: **shared** = every process may run on every CPU; **pinned** = every thread of %s's processes on one CPU and every thread of "+
+		"%s's on another, in both modes (two one-CPU machines, emulated; the benchmark itself is not pinned): see *Pinned bursts* in "+
+		"[docs/bench.md](../../docs/bench.md). The ratios compare offloaded with direct in the same placement.\n\n", consumerName, providerName)
+	if why := r.Environment.PinnedSkipped; why != "" {
+		p("**The pinned placement was skipped**: %s.\n\n", why)
+	}
+	p("| N | placement | mode | trials | all Ready p50 | all Ready max | first Ready p50 | half Ready p50 | pods/s p50 | CPU-s p50 | CPUs busy p50 | each CPU busy p50 | CPU-s %s / %s p50 | offloaded / direct (p50) | CPU-s offloaded / direct |\n",
+		consumerName, providerName)
+	p("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |\n")
 	for _, s := range stats {
 		ratio, cpuRatio := "", ""
 		if s.Mode == modeOffloaded {
-			if off, dir, ok := burstPair(stats, s.N); ok {
+			if off, dir, ok := burstPair(stats, s.N, s.Placement); ok {
 				ratio = fmt.Sprintf("**%.2f**", off.AllReady.P50/dir.AllReady.P50)
 				if off.CPUSeconds.N > 0 && dir.CPUSeconds.N > 0 && dir.CPUSeconds.P50 > 0 {
 					cpuRatio = fmt.Sprintf("%.2f", off.CPUSeconds.P50/dir.CPUSeconds.P50)
@@ -150,31 +159,136 @@ func renderBursts(b *strings.Builder, r *Results) {
 			trials += fmt.Sprintf(" (%d failed)", s.Failed)
 		}
 		if s.AllReady.N == 0 {
-			p("| %d | %s | %s | – | – | – | – | – | – | | |\n", s.N, s.Mode, trials)
+			p("| %d | %s | %s | %s | – | – | – | – | – | – | – | – | – | | |\n", s.N, s.Placement, s.Mode, trials)
 			continue
 		}
-		cpu, busy := "–", "–"
-		if s.CPUBusy.N > 0 {
-			cpu, busy = fmt.Sprintf("%.1f", s.CPUSeconds.P50), fmt.Sprintf("%.0f%%", 100*s.CPUBusy.P50)
-		}
-		p("| %d | %s | %s | %.2f | %.2f | %.2f | %.1f | %s | %s | %s | %s |\n", s.N, s.Mode, trials, s.AllReady.P50, s.AllReady.Max, s.FirstReady.P50, s.PPS.P50,
-			cpu, busy, ratio, cpuRatio)
+		p("| %s |\n", strings.Join(burstRow(s, trials, ratio, cpuRatio), " | "))
 	}
 	p("\n")
+	renderPinChecks(b, stats)
+	renderProcessCPU(b, stats)
 	renderBurstWrites(b, r)
 	renderBurstStages(b, r)
+}
+
+// burstRow is the cells of one row of the burst table (see renderBursts).
+func burstRow(s burstStats, trials, ratio, cpuRatio string) []string {
+	cpu, busy := "–", "–"
+	if s.CPUBusy.N > 0 {
+		cpu, busy = fmt.Sprintf("%.1f", s.CPUSeconds.P50), fmt.Sprintf("%.0f%%", 100*s.CPUBusy.P50)
+	}
+	half := "–"
+	if s.HalfReady.N > 0 {
+		half = fmt.Sprintf("%.2f", s.HalfReady.P50)
+	}
+	each := make([]float64, len(s.CPUBusyPerCPU))
+	for i, c := range s.CPUBusyPerCPU {
+		each[i] = c.P50
+	}
+	clusters := "–"
+	if len(s.ClusterCPU) > 0 {
+		var parts []string
+		for _, c := range []string{consumerName, providerName} {
+			if v, ok := s.ClusterCPU[c]; ok {
+				parts = append(parts, fmt.Sprintf("%.1f", v.P50))
+			} else {
+				parts = append(parts, "–")
+			}
+		}
+		clusters = strings.Join(parts, " / ")
+	}
+	return []string{fmt.Sprint(s.N), s.Placement, s.Mode, trials, fmt.Sprintf("%.2f", s.AllReady.P50), fmt.Sprintf("%.2f", s.AllReady.Max),
+		fmt.Sprintf("%.2f", s.FirstReady.P50), half, fmt.Sprintf("%.1f", s.PPS.P50), cpu, busy, perCPULine(each), clusters, ratio, cpuRatio}
+}
+
+// renderPinChecks renders what the pinned trials checked of their threads'
+// affinity.
+func renderPinChecks(b *strings.Builder, stats []burstStats) {
+	var rows []burstStats
+	for _, s := range stats {
+		if s.PinCheck != nil {
+			rows = append(rows, s)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("Pin check of the pinned trials: `Cpus_allowed_list` of every thread (`/proc/<pid>/task/*/status`) of every process of both clusters, " +
+		"right after pinning (a mismatch fails the trial before it starts) and once every pod was Ready (a mismatch fails the trial), " +
+		"added up over the trials.\n\n")
+	p("| N | mode | CPUs | threads checked after pinning | mismatched | threads checked all Ready | mismatched |\n| ---: | --- | --- | ---: | ---: | ---: | ---: |\n")
+	for _, s := range rows {
+		c := s.PinCheck
+		p("| %d | %s | %s | %d | %d | %d | %d |\n", s.N, s.Mode, pinCPUsLine(c.CPUs), c.Pinned.Threads, c.Pinned.Mismatches, c.Ready.Threads, c.Ready.Mismatches)
+	}
+	p("\n")
+}
+
+// renderProcessCPU renders the CPU-seconds of each process of both
+// clusters during the bursts.
+func renderProcessCPU(b *strings.Builder, stats []burstStats) {
+	var rows []burstStats
+	for _, s := range stats {
+		if len(s.ProcessCPU) > 0 {
+			rows = append(rows, s)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("### CPU-seconds by process\n\n")
+	p("Each process's utime+stime (`/proc/<pid>/stat`, every thread) from the Deployment's creation to the last pod Ready, p50 over the trials; " +
+		"per cluster the total first, then its processes, most first.\n\n")
+	p("| N | placement | mode | %s | %s |\n| ---: | --- | --- | --- | --- |\n", consumerName, providerName)
+	for _, s := range rows {
+		cells := []string{}
+		for _, c := range []string{consumerName, providerName} {
+			type proc struct {
+				name string
+				v    float64
+			}
+			var procs []proc
+			for k, v := range s.ProcessCPU {
+				if cluster, name, _ := strings.Cut(k, "/"); cluster == c {
+					procs = append(procs, proc{name, v.P50})
+				}
+			}
+			sort.Slice(procs, func(i, j int) bool {
+				if procs[i].v != procs[j].v {
+					return procs[i].v > procs[j].v
+				}
+				return procs[i].name < procs[j].name
+			})
+			parts := make([]string, len(procs))
+			for i, pr := range procs {
+				parts[i] = fmt.Sprintf("%s %.2f", pr.name, pr.v)
+			}
+			total := "–"
+			if v, ok := s.ClusterCPU[c]; ok {
+				total = fmt.Sprintf("**%.2f**", v.P50)
+			}
+			if len(parts) > 0 {
+				total += ": " + strings.Join(parts, ", ")
+			}
+			cells = append(cells, total)
+		}
+		p("| %d | %s | %s | %s | %s |\n", s.N, s.Placement, s.Mode, cells[0], cells[1])
+	}
+	p("\n")
 }
 
 // renderBurstStages renders, for the last trial of each N and mode, the
 // delays between the stages of its pods.
 func renderBurstStages(b *strings.Builder, r *Results) {
-	last := map[[2]any]BurstTrial{}
-	var order [][2]any
+	last := map[[3]any]BurstTrial{}
+	var order [][3]any
 	for _, t := range r.Bursts {
 		if t.Error != "" || len(t.Stages) == 0 {
 			continue
 		}
-		k := [2]any{t.N, t.Mode}
+		k := burstKey(t)
 		if _, ok := last[k]; !ok {
 			order = append(order, k)
 		}
@@ -185,15 +299,15 @@ func renderBurstStages(b *strings.Builder, r *Results) {
 	}
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("### Where a pod's time goes\n\n")
-	p("For the last trial of each N and mode: the delay between consecutive stages of each pod, from the stage timestamps of the API servers' audit logs " +
+	p("For the last trial of each N, placement and mode: the delay between consecutive stages of each pod, from the stage timestamps of the API servers' audit logs " +
 		"(start = the Deployment's creation; bound = the scheduler's binding; offloaded: shadowpod = the ShadowPod created on the provider, remote pod = " +
 		"its pod created, remote bound, remote running = kwok's status write, mirrored = the last ShadowPod status write, ready = the last status write " +
 		"of the consumer's pod; direct: running = kwok's status write). p50 and p99 over the pods; *first* is the pod that reached the last stage first.\n\n")
-	p("| N | mode | stage | p50 s | p99 s | first pod s |\n| ---: | --- | --- | ---: | ---: | ---: |\n")
+	p("| N | placement | mode | stage | p50 s | p99 s | first pod s |\n| ---: | --- | --- | --- | ---: | ---: | ---: |\n")
 	for _, k := range order {
 		t := last[k]
 		for _, d := range t.Stages {
-			p("| %d | %s | %s → %s | %.2f | %.2f | %.2f |\n", t.N, t.Mode, d.From, d.To, d.P50, d.P99, d.First)
+			p("| %d | %s | %s | %s → %s | %.2f | %.2f | %.2f |\n", t.N, placementOf(t), t.Mode, d.From, d.To, d.P50, d.P99, d.First)
 		}
 	}
 	p("\n")
@@ -204,8 +318,8 @@ func renderBurstStages(b *strings.Builder, r *Results) {
 // next to the direct bursts', and the agents' CPU per pod.
 func renderBurstWrites(b *strings.Builder, r *Results) {
 	type key struct {
-		n    int
-		mode string
+		n               int
+		placement, mode string
 	}
 	type agg struct {
 		trials int
@@ -219,7 +333,7 @@ func renderBurstWrites(b *strings.Builder, r *Results) {
 		if t.Error != "" || len(t.Writes) == 0 {
 			continue
 		}
-		k := key{t.N, t.Mode}
+		k := key{t.N, placementOf(t), t.Mode}
 		a, ok := aggs[k]
 		if !ok {
 			a = &agg{writes: map[WriteCount]int{}, cpu: map[string]float64{}}
@@ -244,12 +358,12 @@ func renderBurstWrites(b *strings.Builder, r *Results) {
 	p("### API writes per pod\n\n")
 	p("Every write request (create, update, patch, delete) both API servers answered from the Deployment's creation until %s after its last pod was Ready, "+
 		"to objects in the trial's namespaces (offloaded: `%s` on %s and its remote namespace `%s` on %s; direct: `%s`), from the API servers' audit logs "+
-		"(level Metadata, writes only); per pod, over all trials of that N and mode. A writer is the request's user-agent program and user; "+
+		"(level Metadata, writes only); per pod, over all trials of that N, placement and mode. A writer is the request's user-agent program and user; "+
 		"Annex's are the agents' ServiceAccount and, on the provider, the consumer's tenant ServiceAccount. Failed requests (HTTP code) are listed apart. "+
 		"Agent CPU is each agent process's utime+stime over the same interval.\n\n",
 		writesSettle, offloadNS, consumerName, remoteNS(offloadNS), providerName, directNS)
-	p("| N | mode | Annex writes / pod | by cluster, verb and resource | other writers / pod | agent CPU ms / pod |\n")
-	p("| ---: | --- | ---: | --- | ---: | --- |\n")
+	p("| N | placement | mode | Annex writes / pod | by cluster, verb and resource | other writers / pod | agent CPU ms / pod |\n")
+	p("| ---: | --- | --- | ---: | --- | ---: | --- |\n")
 	for _, k := range order {
 		a := aggs[k]
 		var ws []WriteCount
@@ -270,7 +384,7 @@ func renderBurstWrites(b *strings.Builder, r *Results) {
 				cpu = append(cpu, fmt.Sprintf("%s %.2f", name, 1000*v/float64(a.pods)))
 			}
 		}
-		p("| %d | %s | %.2f | %s | %.2f | %s |\n", k.n, k.mode, float64(annex)/float64(a.pods), orDash(cell(writesLine(ws, a.pods))),
+		p("| %d | %s | %s | %.2f | %s | %.2f | %s |\n", k.n, k.placement, k.mode, float64(annex)/float64(a.pods), orDash(cell(writesLine(ws, a.pods))),
 			float64(other)/float64(a.pods), orDash(strings.Join(cpu, ", ")))
 	}
 	p("\n")

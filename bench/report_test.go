@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,19 +15,29 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// sampleResults is a small run: every kind of trial, two targets missed.
+// sampleResults is a small run: every kind of trial, four targets missed.
 func sampleResults() *Results {
 	r := &Results{Environment: Environment{Date: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), CPUs: 2, GoVersion: "go1.26", ProviderNodes: 11},
 		Config: presets["small"]}
 	r.Config.Scale = "small"
+	r.Config.Placements = allPlacements
+	check := &PinCheck{CPUs: map[string]string{consumerName: "0", providerName: "1"},
+		Pinned: ThreadCheck{Processes: 12, Threads: 97}, Ready: ThreadCheck{Processes: 12, Threads: 98}}
 	for i, s := range []float64{10, 12, 11} {
 		r.Bursts = append(r.Bursts,
-			BurstTrial{N: 1000, Mode: modeOffloaded, Trial: i + 1, AllReadySeconds: s * 1.5, FirstReadySeconds: 1, PodsPerSecond: 1000 / (s * 1.5),
-				CPUSeconds: 3 * s, CPUBusy: 0.99},
-			BurstTrial{N: 1000, Mode: modeDirect, Trial: i + 1, AllReadySeconds: s, FirstReadySeconds: 0.5, PodsPerSecond: 1000 / s,
-				CPUSeconds: 2 * s, CPUBusy: 0.98})
+			BurstTrial{N: 1000, Mode: modeOffloaded, Placement: placementShared, Trial: i + 1, AllReadySeconds: s * 2.5, FirstReadySeconds: 1,
+				HalfReadySeconds: s, PodsPerSecond: 1000 / (s * 2.5), CPUSeconds: 3 * s, CPUBusy: 0.99, CPUBusyPerCPU: []float64{0.99, 0.98}},
+			BurstTrial{N: 1000, Mode: modeDirect, Placement: placementShared, Trial: i + 1, AllReadySeconds: s, FirstReadySeconds: 0.5,
+				HalfReadySeconds: s / 2, PodsPerSecond: 1000 / s, CPUSeconds: 2 * s, CPUBusy: 0.98, CPUBusyPerCPU: []float64{0.97, 0.99}},
+			BurstTrial{N: 1000, Mode: modeOffloaded, Placement: placementPinned, Trial: i + 1, AllReadySeconds: s * 1.1, FirstReadySeconds: 3,
+				HalfReadySeconds: s / 2, PodsPerSecond: 1000 / (s * 1.1), CPUSeconds: 1.5 * s, CPUBusy: 0.8, CPUBusyPerCPU: []float64{0.6, 0.99},
+				ProcessCPUSeconds: map[string]float64{"alpha/kube-apiserver": s / 2, "alpha/etcd": 1, "beta/kube-apiserver": s, "beta/annex-agent": 2},
+				PinCheck:          check},
+			BurstTrial{N: 1000, Mode: modeDirect, Placement: placementPinned, Trial: i + 1, AllReadySeconds: s, FirstReadySeconds: 0.5,
+				HalfReadySeconds: s / 2, PodsPerSecond: 1000 / s, CPUSeconds: s, CPUBusy: 0.5, CPUBusyPerCPU: []float64{0.02, 0.97},
+				ProcessCPUSeconds: map[string]float64{"alpha/etcd": 0.1, "beta/kube-apiserver": s * 0.8}, PinCheck: check})
 	}
-	r.Bursts[4].Profiled = true // trial 3's offloaded run: counted like the others
+	r.Bursts[8].Profiled = true // trial 3's offloaded run: counted like the others
 	for i := range 3 {
 		r.Failures = append(r.Failures,
 			FailureTrial{Fault: faultDead, Trial: i + 1, Pods: 100, DetectionSeconds: 3, RecoverySeconds: 5, APIServerReadySeconds: 2.5, RecoveryAfterAPIServerSeconds: 2.5},
@@ -64,12 +75,14 @@ func TestEvaluate(t *testing.T) {
 		got[tr.Key] = tr.Result + " => " + tr.met()
 	}
 	want := map[string]string{
-		keyRatio:     "1.50 (16.5 s vs 11.0 s) => **no**",
-		keyDetection: "dead 3.00 s, hung 4.00 s => yes",
-		keyRecovery:  "dead 2.50 s, hung 1.90 s => yes",
-		keyUnpeer:    "N=10 3.0 s, N=100 6.0 s => yes",
-		keyRSS:       "200 MiB => **no**",
-		keyWrites:    "consumer 0.10/s, provider 0.00/s; liveness writes besides: consumer 0.50/s, provider 0.00/s => **no**",
+		keyRatio:       "2.50 (27.5 s vs 11.0 s) => **no**",
+		keyRatioPinned: "1.10 (12.1 s vs 11.0 s) => yes",
+		keyFirstReady:  "+2.50 s at N=1000 pinned (3.00 s vs 0.50 s); the largest of 2 (N, placement) pairs => **no**",
+		keyDetection:   "dead 3.00 s, hung 4.00 s => yes",
+		keyRecovery:    "dead 2.50 s, hung 1.90 s => yes",
+		keyUnpeer:      "N=10 3.0 s, N=100 6.0 s => yes",
+		keyRSS:         "200 MiB => **no**",
+		keyWrites:      "consumer 0.10/s, provider 0.00/s; liveness writes besides: consumer 0.50/s, provider 0.00/s => **no**",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("targets (-want +got):\n%s", diff)
@@ -92,7 +105,11 @@ func TestMarkdown(t *testing.T) {
 	for _, want := range []string{
 		"| what | how | result | target | met? |",
 		"### Missed targets",
-		"| 1000 | offloaded | 3 | 16.50 | 18.00 | 1.00 | 60.6 | 33.0 | 99% | **1.50** | 1.50 |",
+		"| 1000 | shared | offloaded | 3 | 27.50 | 30.00 | 1.00 | 11.00 | 36.4 | 33.0 | 99% | cpu0 99%, cpu1 98% | – | **2.50** | 1.50 |",
+		"| 1000 | pinned | offloaded | 3 | 12.10 | 13.20 | 3.00 | 5.50 | 82.6 | 16.5 | 80% | cpu0 60%, cpu1 99% | 6.5 / 13.0 | **1.10** | 1.50 |",
+		"| 1000 | pinned | direct | 3 | 11.00 | 12.00 | 0.50 | 5.50 | 90.9 | 11.0 | 50% | cpu0 2%, cpu1 97% | 0.1 / 8.8 |  |  |",
+		"| 1000 | offloaded | alpha on CPU 0, beta on CPU 1 | 291 | 0 | 294 | 0 |",
+		"| 1000 | pinned | offloaded | **6.50**: kube-apiserver 5.50, etcd 1.00 | **13.00**: kube-apiserver 11.00, annex-agent 2.00 |",
 		"were 98% busy during the direct trials and 99% during the offloaded ones",
 		"| dead | 3 | 3.00 | 3.00 | 3.00 | 5.00 |",
 		"| 100 | 1 | 6.00 | 6.00 | 6.00 | 6.00 |",
@@ -118,6 +135,96 @@ func TestMarkdown(t *testing.T) {
 	}
 }
 
+func TestBurstRows(t *testing.T) {
+	check := func(mismatches int) *PinCheck {
+		return &PinCheck{CPUs: map[string]string{consumerName: "0", providerName: "1"},
+			Pinned: ThreadCheck{Processes: 12, Threads: 90}, Ready: ThreadCheck{Processes: 12, Threads: 91, Mismatches: mismatches}}
+	}
+	trials := []BurstTrial{
+		// Runs from before placements: shared, without the new columns.
+		{N: 10, Mode: modeDirect, Trial: 1, AllReadySeconds: 2, FirstReadySeconds: 0.5, PodsPerSecond: 5},
+		{N: 10, Mode: modeOffloaded, Placement: placementShared, Trial: 1, AllReadySeconds: 3, FirstReadySeconds: 1, PodsPerSecond: 10.0 / 3},
+		{N: 10, Mode: modeDirect, Placement: placementPinned, Trial: 1, AllReadySeconds: 1, FirstReadySeconds: 0.25, HalfReadySeconds: 0.5,
+			PodsPerSecond: 10, CPUSeconds: 1.2, CPUBusy: 0.6, CPUBusyPerCPU: []float64{0.1, 1},
+			ProcessCPUSeconds: map[string]float64{"beta/kube-apiserver": 0.8, "beta/etcd": 0.3}, PinCheck: check(0)},
+		{N: 10, Mode: modeDirect, Placement: placementPinned, Trial: 2, AllReadySeconds: 3, FirstReadySeconds: 0.75, HalfReadySeconds: 1.5,
+			PodsPerSecond: 10.0 / 3, CPUSeconds: 2.4, CPUBusy: 0.4, CPUBusyPerCPU: []float64{0.05, 0.75},
+			ProcessCPUSeconds: map[string]float64{"beta/kube-apiserver": 1.6, "alpha/etcd": 0.1}, PinCheck: check(0)},
+		// A pinned trial whose threads escaped: failed, its numbers left out.
+		{N: 10, Mode: modeOffloaded, Placement: placementPinned, Trial: 1, AllReadySeconds: 99, PinCheck: check(2), Error: "pin check"},
+	}
+	stats := summarizeBursts(trials)
+	for _, tc := range []struct {
+		placement, mode string
+		want            []string
+	}{
+		{placementShared, modeDirect, []string{"10", "shared", "direct", "1", "2.00", "2.00", "0.50", "–", "5.0", "–", "–", "–", "–", "r", "c"}},
+		{placementShared, modeOffloaded, []string{"10", "shared", "offloaded", "1", "3.00", "3.00", "1.00", "–", "3.3", "–", "–", "–", "–", "r", "c"}},
+		{placementPinned, modeDirect, []string{"10", "pinned", "direct", "2", "1.00", "3.00", "0.25", "0.50", "3.3", "1.2", "40%",
+			"cpu0 5%, cpu1 75%", "0.1 / 1.1", "r", "c"}},
+	} {
+		var s *burstStats
+		for i := range stats {
+			if stats[i].Placement == tc.placement && stats[i].Mode == tc.mode {
+				s = &stats[i]
+			}
+		}
+		if s == nil {
+			t.Errorf("no stats for %s %s", tc.placement, tc.mode)
+			continue
+		}
+		if diff := cmp.Diff(tc.want, burstRow(*s, fmt.Sprint(s.Trials), "r", "c")); diff != "" {
+			t.Errorf("%s %s row (-want +got):\n%s", tc.placement, tc.mode, diff)
+		}
+	}
+	// The per-cluster CPU sums each trial's processes before the p50: alpha
+	// has a process in one trial only.
+	var pinnedDirect, pinnedOff burstStats
+	for _, s := range stats {
+		if s.Placement == placementPinned {
+			if s.Mode == modeDirect {
+				pinnedDirect = s
+			} else {
+				pinnedOff = s
+			}
+		}
+	}
+	if diff := cmp.Diff(map[string]Summary{
+		consumerName: {N: 1, Min: 0.1, P50: 0.1, P99: 0.1, Max: 0.1},
+		providerName: {N: 2, Min: 1.1, P50: 1.1, P99: 1.6, Max: 1.6},
+	}, pinnedDirect.ClusterCPU); diff != "" {
+		t.Errorf("cluster CPU (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(&PinCheck{CPUs: map[string]string{consumerName: "0", providerName: "1"},
+		Pinned: ThreadCheck{Processes: 12, Threads: 90}, Ready: ThreadCheck{Processes: 12, Threads: 91, Mismatches: 2}}, pinnedOff.PinCheck); diff != "" {
+		t.Errorf("pin check of the failed trial (-want +got):\n%s", diff)
+	}
+	if pinnedOff.Trials != 1 || pinnedOff.Failed != 1 || pinnedOff.AllReady.N != 0 {
+		t.Errorf("failed pinned trial: %d trials, %d failed, %d measured", pinnedOff.Trials, pinnedOff.Failed, pinnedOff.AllReady.N)
+	}
+}
+
+func TestPinnedSkipped(t *testing.T) {
+	r := sampleResults()
+	var shared []BurstTrial
+	for _, b := range r.Bursts {
+		if b.Placement == placementShared {
+			shared = append(shared, b)
+		}
+	}
+	r.Bursts = shared
+	r.Environment.PinnedSkipped = "only 1 CPU (0) available: pinning needs 2"
+	r.Targets = evaluate(r)
+	for _, tr := range r.Targets {
+		if tr.Key == keyRatioPinned && (tr.Met != nil || tr.Result != "not run: "+r.Environment.PinnedSkipped) {
+			t.Errorf("pinned ratio target without pinned trials: %q, met %s", tr.Result, tr.met())
+		}
+	}
+	if md := markdown(r, t.TempDir()); !strings.Contains(md, "**The pinned placement was skipped**: only 1 CPU (0) available: pinning needs 2.") {
+		t.Errorf("Markdown does not say why pinned was skipped:\n%s", md)
+	}
+}
+
 func quietFlags() *flag.FlagSet {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -138,7 +245,17 @@ func TestConfigFromFlags(t *testing.T) {
 	if full, _, _ := configFromFlags(quietFlags(), []string{"-scale", "full"}); full.custom() || full.maxPods() != 5000 {
 		t.Errorf("full preset: custom %v, maxPods %d", full.custom(), full.maxPods())
 	}
-	for _, bad := range [][]string{{"-scale", "huge"}, {"-sizes", "0"}, {"-phases", "nope"}, {"extra"}} {
+	if diff := cmp.Diff(allPlacements, cfg.Placements); diff != "" {
+		t.Errorf("default placements (-want +got):\n%s", diff)
+	}
+	pinned, _, err := configFromFlags(quietFlags(), []string{"-placements", "pinned"})
+	if err != nil || !cmp.Equal([]string{placementPinned}, pinned.Placements) || !pinned.custom() {
+		t.Errorf("-placements pinned: %v, custom %v, %v", pinned.Placements, pinned.custom(), err)
+	}
+	if old := (Config{Scale: "small"}); !cmp.Equal([]string{placementShared}, old.placements()) {
+		t.Errorf("a run from before placements: %v, want shared", old.placements())
+	}
+	for _, bad := range [][]string{{"-scale", "huge"}, {"-sizes", "0"}, {"-phases", "nope"}, {"-placements", "split"}, {"extra"}} {
 		if _, _, err := configFromFlags(quietFlags(), bad); err == nil {
 			t.Errorf("%v: want an error", bad)
 		}
@@ -190,7 +307,7 @@ func TestRender(t *testing.T) {
 	}
 	back := &Results{}
 	data, _ = os.ReadFile(path)
-	if err := json.Unmarshal(data, back); err != nil || len(back.Targets) != 6 || len(back.Bursts) != len(r.Bursts) {
+	if err := json.Unmarshal(data, back); err != nil || len(back.Targets) != 8 || len(back.Bursts) != len(r.Bursts) {
 		t.Errorf("rewritten JSON: %v, %d targets", err, len(back.Targets))
 	}
 }

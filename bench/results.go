@@ -50,6 +50,9 @@ type Environment struct {
 	ProviderNodes int `json:"providerNodes"`
 	// PeerProbe is how the agents probe their peers (their defaults).
 	PeerProbe PeerProbe `json:"peerProbe"`
+	// PinnedSkipped says why the pinned burst placement did not run
+	// although asked for (fewer than 2 CPUs).
+	PinnedSkipped string `json:"pinnedSkipped,omitempty"`
 }
 
 // PeerProbe are the agents' peer health probe settings.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -129,6 +130,22 @@ func (w *podWatch) waitReady(ctx context.Context, n int, timeout time.Duration) 
 		return true, ""
 	})
 	return first, last, err
+}
+
+// nthReady is when the n-th pod (counting from 1) was seen Ready; zero
+// when fewer were.
+func (w *podWatch) nthReady(n int) time.Time {
+	w.mu.Lock()
+	times := make([]time.Time, 0, len(w.ready))
+	for _, t := range w.ready {
+		times = append(times, t)
+	}
+	w.mu.Unlock()
+	if n < 1 || n > len(times) {
+		return time.Time{}
+	}
+	slices.SortFunc(times, time.Time.Compare)
+	return times[n-1]
 }
 
 // endpointWatch follows how many endpoints of a Service's EndpointSlices
