@@ -44,4 +44,25 @@
 // provider that is unreachable gets a 502 at once, one that does not answer
 // within the connect timeout an error; a stream (follow, exec, attach, a
 // forwarded connection) then lasts until it ends or the client goes away.
+//
+// # Resource metrics
+//
+// GET /metrics/resource/<node> answers what a kubelet's /metrics/resource
+// answers (container CPU counters, working sets and start times, the
+// node's sums, scrape_error) for the Running pods of virtual node <node>,
+// so that metrics-server, `kubectl top` and HorizontalPodAutoscalers see
+// offloaded pods. Each virtual Node names its path in metrics-server's
+// annotation metrics.k8s.io/resource-metrics-path (one endpoint serves
+// every node); the caller needs get on nodes/metrics of the node, as at a
+// kubelet. The data is the provider's own PodMetrics (metrics.k8s.io) of
+// the pods' remote namespaces, read with the tenant's credentials, every
+// call bounded by the connect timeout. A provider reports CPU as a rate:
+// the agent integrates it into a per-container counter on its own clock
+// (counters.go), so metrics-server's rate between two scrapes is the
+// provider's rate again; the provider's timestamps only say whether a
+// sample is new. The provider is not trusted: only pods of that node and
+// containers of their spec count, and usage is kept between 0 and the
+// container's limit (the node's capacity without one). An unreachable
+// provider gets 502; a namespace whose metrics cannot be read is left out
+// and scrape_error is 1.
 package kubeletserver

@@ -93,6 +93,11 @@ type Server struct {
 	// clientCA keeps the client CA up to date (Start runs it).
 	clientCA *dynamiccertificates.ConfigMapCAController
 	certs    *certHolder
+
+	// counters turn the providers' CPU rates into kubelet counters;
+	// listPodMetrics reads a provider's PodMetrics.
+	counters       *counters
+	listPodMetrics listPodMetrics
 }
 
 // New returns a Server for cfg.
@@ -107,6 +112,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		opts: cfg.Options, nodeIP: ip, local: cfg.Local, cs: cfg.Clientset, remotes: cfg.Remotes,
 		connectTimeout: cfg.ConnectTimeout, clock: cfg.Clock, log: cfg.Log, certs: &certHolder{},
+		counters: newCounters(), listPodMetrics: listFromProvider,
 	}
 	if s.connectTimeout == 0 {
 		s.connectTimeout = defaultConnectTimeout
@@ -197,7 +203,8 @@ func (s *Server) Start(ctx context.Context) error {
 
 // Handler is the endpoint's HTTP handler: authentication, authorization,
 // then virtual-kubelet's kubelet API routes (containerLogs, exec, attach,
-// portForward).
+// portForward) and the resource metrics of each virtual node
+// (/metrics/resource/<node>).
 func (s *Server) Handler() http.Handler {
 	routes := vkapi.PodHandler(vkapi.PodHandlerConfig{
 		GetContainerLogs:      s.containerLogs,
@@ -226,6 +233,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		return
 	}
 	user := resp.User
+	if node, ok := metricsNode(r.URL.Path); ok {
+		// As a kubelet: get on nodes/metrics of the node.
+		attrs := authorizer.AttributesRecord{
+			User: user, Verb: verbOf(r.Method), APIVersion: "v1", Resource: "nodes", Subresource: "metrics",
+			Name: node, ResourceRequest: true, Path: r.URL.Path,
+		}
+		if s.allowed(w, r, attrs) {
+			s.serveMetrics(w, r, user.GetName(), node)
+		}
+		return
+	}
 	var t *target
 	var resolveErr error
 	if namespace, pod, ok := podOf(r.URL.Path); ok {
@@ -239,14 +257,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		User: user, Verb: verbOf(r.Method), APIVersion: "v1", Resource: "nodes", Subresource: "proxy",
 		Name: node, ResourceRequest: true, Path: r.URL.Path,
 	}
-	decision, reason, err := s.authz.Authorize(ctx, attrs)
-	if decision != authorizer.DecisionAllow {
-		if err != nil {
-			reason = err.Error()
-		}
-		s.log.V(1).Info("Forbidden kubelet request", "user", user.GetName(), "path", r.URL.Path, "reason", reason)
-		http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=nodes, subresource=proxy, name=%q): %s",
-			user.GetName(), attrs.Verb, node, reason), http.StatusForbidden)
+	if !s.allowed(w, r, attrs) {
 		return
 	}
 	if resolveErr != nil {
@@ -261,6 +272,22 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		r = r.WithContext(withTarget(ctx, t))
 	}
 	next.ServeHTTP(w, r)
+}
+
+// allowed authorizes attrs with a SubjectAccessReview and answers 403 when
+// they are not allowed.
+func (s *Server) allowed(w http.ResponseWriter, r *http.Request, attrs authorizer.AttributesRecord) bool {
+	decision, reason, err := s.authz.Authorize(r.Context(), attrs)
+	if decision == authorizer.DecisionAllow {
+		return true
+	}
+	if err != nil {
+		reason = err.Error()
+	}
+	s.log.V(1).Info("Forbidden kubelet request", "user", attrs.User.GetName(), "path", r.URL.Path, "reason", reason)
+	http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=%s, subresource=%s, name=%q): %s",
+		attrs.User.GetName(), attrs.Verb, attrs.Resource, attrs.Subresource, attrs.Name, reason), http.StatusForbidden)
+	return false
 }
 
 // podOf returns the pod a kubelet API path is about:

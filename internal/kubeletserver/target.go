@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
-	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/virtualnode"
 )
 
@@ -73,15 +72,9 @@ func (s *Server) resolve(ctx context.Context, namespace, name string) (*target, 
 	if node.Labels[virtualnode.LabelNodeType] != virtualnode.NodeTypeVirtual || t.ProviderID == "" {
 		return t, notFound("pod %s/%s runs on node %s, which is not an Annex virtual node: this endpoint serves only offloaded pods", namespace, name, t.Node)
 	}
-	nso := &offloadingv1alpha1.NamespaceOffloading{}
-	err := s.local.Get(ctx, client.ObjectKey{Namespace: namespace, Name: offloadingv1alpha1.NamespaceOffloadingName}, nso)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return t, fmt.Errorf("read NamespaceOffloading %s/%s: %w", namespace, offloadingv1alpha1.NamespaceOffloadingName, err)
-	}
-	for _, e := range nso.Status.RemoteNamespaces {
-		if e.ClusterID == t.ProviderID && e.Phase == offloadingv1alpha1.RemoteNamespaceReady {
-			t.RemoteNamespace = e.RemoteNamespace
-		}
+	var err error
+	if t.RemoteNamespace, err = s.readyRemoteNamespace(ctx, namespace, t.ProviderID); err != nil {
+		return t, err
 	}
 	if t.RemoteNamespace == "" {
 		return t, notFound("namespace %s has no Ready remote namespace on provider %s: pod %s is not running there", namespace, t.ProviderID, name)

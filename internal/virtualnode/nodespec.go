@@ -53,6 +53,14 @@ type nodeParams struct {
 	Created metav1.Time
 }
 
+// AnnotationResourceMetricsPath is metrics-server's Node annotation that
+// names the path of the node's resource metrics on its kubelet endpoint.
+const AnnotationResourceMetricsPath = "metrics.k8s.io/resource-metrics-path"
+
+// ResourceMetricsPath is where the agent's kubelet endpoint serves the
+// resource metrics of virtual node name's pods.
+func ResourceMetricsPath(name string) string { return "/metrics/resource/" + name }
+
 // buildNode returns the Node of a virtual node: labels (spec.labels, then
 // the agent's, which win), the virtual-node taint and spec.taints, capacity
 // and allocatable from spec.resources, Ready as given, the other kubelet
@@ -87,6 +95,9 @@ func buildNode(p nodeParams) *corev1.Node {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   p.Name,
 			Labels: labels,
+			// One kubelet endpoint serves every virtual node of the agent:
+			// metrics-server (v0.8 and later) scrapes the path this names.
+			Annotations: map[string]string{AnnotationResourceMetricsPath: ResourceMetricsPath(p.Name)},
 		},
 		Spec: corev1.NodeSpec{
 			Taints: desiredTaints(p.ClusterID, p.Spec.Taints),

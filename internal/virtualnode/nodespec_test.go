@@ -36,7 +36,7 @@ func TestBuildNode(t *testing.T) {
 			Message: "provider beta manages its own resources", LastTransitionTime: created}
 	}
 	want := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "annex-beta", Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Name: "annex-beta", Annotations: map[string]string{AnnotationResourceMetricsPath: "/metrics/resource/annex-beta"}, Labels: map[string]string{
 			"type": "virtual-node", corev1alpha1.LabelRemoteClusterID: "beta", corev1.LabelHostname: "annex-beta",
 			corev1.LabelOSStable: "linux", corev1.LabelNodeExcludeBalancers: "true", "region": "eu",
 		}},
