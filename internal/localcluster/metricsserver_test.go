@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -168,6 +169,17 @@ func TestMetricsServer(t *testing.T) {
 	}
 	if body, err := cs.CoreV1().RESTClient().Get().AbsPath("/apis/metrics.k8s.io/v1beta1/nodes/" + node.Name).DoRaw(ctx); err != nil || !strings.Contains(string(body), `"memory"`) {
 		t.Errorf("NodeMetrics of %s: %v %s", node.Name, err, body)
+	}
+	// Kubelets verified with the cluster CA, every right granted: no
+	// certificate or authorization error in metrics-server's log.
+	if data, err := os.ReadFile(c.LogPath(msName)); err != nil {
+		t.Error(err)
+	} else {
+		for _, line := range strings.Split(string(data), "\n") {
+			if l := strings.ToLower(line); strings.Contains(l, "x509") || strings.Contains(l, "forbidden") || strings.Contains(l, "unauthorized") {
+				t.Errorf("metrics-server logged: %s", line)
+			}
+		}
 	}
 	// What a user runs.
 	top := exec.CommandContext(ctx, filepath.Join(DefaultBinDir(), "kubectl"), "--kubeconfig="+c.KubeconfigPath(), "top", "pod", "echo", "--namespace=default")
