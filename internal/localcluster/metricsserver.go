@@ -188,8 +188,8 @@ func metricsServerRBAC() ([]*rbacv1.ClusterRole, []*rbacv1.ClusterRoleBinding, [
 	return roles, clusterBindings, bindings
 }
 
-// metricsServerService is the selector-less Service the APIService points
-// at; its endpoint is metricsServerEndpoints'.
+// metricsServerServiceObject is the selector-less Service the APIService
+// points at; its endpoint is metricsServerEndpoints'.
 func metricsServerServiceObject() *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: metricsServerService, Namespace: metricsServerNamespace},
@@ -284,16 +284,16 @@ func (c *Cluster) startMetricsServer(ctx context.Context, cfg *rest.Config, cs k
 	l := layout{dir: c.dir}
 	c.mu.Lock()
 	bin := filepath.Join(c.st.BinDir, MetricsServer)
-	init := c.st.component(NodeComponent(NodeInit, n.Name))
+	nodeInit := c.st.component(NodeComponent(NodeInit, n.Name))
 	c.mu.Unlock()
-	if init == nil {
-		return fmt.Errorf("metrics-server: node %s has no init", n.Name)
+	if nodeInit == nil {
+		return fmt.Errorf("node %s has no init: it must run before metrics-server starts in it", n.Name)
 	}
 	nsenter, err := exec.LookPath("nsenter")
 	if err != nil {
 		return err
 	}
-	args := nsenterArgs(init.PID, l.node(n.Name).dir, append([]string{bin}, metricsServerArgs(l, n)...)...)
+	args := nsenterArgs(nodeInit.PID, l.node(n.Name).dir, append([]string{bin}, metricsServerArgs(l, n)...)...)
 	name := NodeComponent(MetricsServer, n.Name)
 	if err := c.launchInNode(componentState{Name: name, Binary: nsenter, Args: args, Log: l.log(name)}); err != nil {
 		return err
@@ -307,7 +307,7 @@ func (c *Cluster) startMetricsServer(ctx context.Context, cfg *rest.Config, cs k
 	}
 	caPEM := c.CA()
 	if len(caPEM) == 0 {
-		return errors.New("metrics-server: no cluster CA")
+		return errors.New("no cluster CA in pki/ca.crt for the APIService's caBundle")
 	}
 	if err := applyUnstructured(ctx, dyn.Resource(apiServiceGVR), metricsAPIServiceObject(caPEM)); err != nil {
 		return fmt.Errorf("register APIService %s: %w", metricsAPIService, err)
