@@ -198,6 +198,12 @@ type Options struct {
 	// DefaultNodeNetworkCIDR. Its last usable address is the cluster's API
 	// address on every node.
 	NodeNetworkCIDR string
+	// MetricsServer runs metrics-server (the metrics.k8s.io API of
+	// `kubectl top` and the HorizontalPodAutoscaler) inside real node 0,
+	// registered with the API server's aggregator; Start returns once its
+	// APIService is Available. It needs RealNodes and the metrics-server
+	// binary that tools/kube builds (see metricsserver.go).
+	MetricsServer bool
 	// Detach lets the processes outlive this Go process (the sandbox).
 	// Otherwise each gets SIGKILL when this process dies, even on a panic.
 	Detach bool
@@ -372,6 +378,11 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		if err := CheckRealNodes(o.BinDir); err != nil {
 			return nil, err
 		}
+		if o.MetricsServer {
+			if err := CheckMetricsServer(o.BinDir); err != nil {
+				return nil, err
+			}
+		}
 		if cniBinDir, err = findCNIBinDir(); err != nil {
 			return nil, err
 		}
@@ -410,6 +421,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		c.st.CgroupParent = cgroupParent(l.dir)
 		c.st.PauseImage = o.PauseImage
 		c.st.Images = slices.Clone(o.Images)
+		c.st.MetricsServer = o.MetricsServer
 	}
 	// From here on state.json describes this run, so that whatever is
 	// started can be found and stopped.
@@ -585,6 +597,16 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 			return nil, err
 		}
 		p.step("%d real node(s) Ready", o.RealNodes)
+		if o.MetricsServer {
+			nodes, err := c.st.realNodes()
+			if err != nil {
+				return nil, err
+			}
+			if err := c.startMetricsServer(ctx, cfg, cs, nodes[0]); err != nil {
+				return nil, fmt.Errorf("metrics-server: %w", err)
+			}
+			p.step("metrics-server ready on %s (APIService %s Available)", nodes[0].Name, metricsAPIService)
+		}
 	}
 	if err := c.await(ctx, "default ServiceAccount", nil, func(ctx context.Context) error {
 		if _, err := cs.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{}); err != nil {
@@ -866,7 +888,13 @@ func (c *Cluster) issueCertificates(now time.Time) error {
 		{kubeletClientCertName, clientCert(kubeletClientUser)},
 		{kwokServingCertName, loopbackServing("kwok")},
 	}
-	for name, req := range realNodeCerts(nodes) {
+	reqs := realNodeCerts(nodes)
+	if c.st.MetricsServer && len(nodes) > 0 {
+		for name, req := range metricsServerCerts(nodes[0]) {
+			reqs[name] = req
+		}
+	}
+	for name, req := range reqs {
 		certs = append(certs, struct {
 			name string
 			req  certRequest

@@ -204,6 +204,9 @@ func validateRealNodeOptions(o Options) error {
 		return fmt.Errorf("options: RealNodes %d < 0", o.RealNodes)
 	}
 	if o.RealNodes == 0 {
+		if o.MetricsServer {
+			return errors.New("options: MetricsServer needs RealNodes: metrics-server runs in real node 0 and scrapes real kubelets")
+		}
 		return nil
 	}
 	nodeNet, err := parseIPv4CIDR("NodeNetworkCIDR", o.NodeNetworkCIDR, 16, 29)

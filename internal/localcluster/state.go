@@ -29,13 +29,16 @@ type state struct {
 	AuditWrites bool   `json:"auditWrites,omitempty"`
 	// Real nodes (see realnode.go); CgroupParent holds their cgroups in
 	// every hierarchy.
-	RealNodes       int              `json:"realNodes,omitempty"`
-	NodeNetworkCIDR string           `json:"nodeNetworkCIDR,omitempty"`
-	CgroupParent    string           `json:"cgroupParent,omitempty"`
-	PauseImage      string           `json:"pauseImage,omitempty"`
-	Images          []string         `json:"images,omitempty"`
-	Ports           ports            `json:"ports"`
-	Components      []componentState `json:"components"`
+	RealNodes       int      `json:"realNodes,omitempty"`
+	NodeNetworkCIDR string   `json:"nodeNetworkCIDR,omitempty"`
+	CgroupParent    string   `json:"cgroupParent,omitempty"`
+	PauseImage      string   `json:"pauseImage,omitempty"`
+	Images          []string `json:"images,omitempty"`
+	// MetricsServer: metrics-server runs in real node 0 (see
+	// metricsserver.go).
+	MetricsServer bool             `json:"metricsServer,omitempty"`
+	Ports         ports            `json:"ports"`
+	Components    []componentState `json:"components"`
 }
 
 // ports are the loopback ports the cluster's components listen on.

@@ -185,6 +185,24 @@ func TestRealNodeSandbox(t *testing.T) {
 	for i := range 3 {
 		get(fmt.Sprintf("alpha's client to Service web's ClusterIP %s (%d)", clusterIP, i+1), "http://"+clusterIP+"/", clusters["beta"].RealNodeNames()[0])
 	}
+
+	// Every cluster runs metrics-server: `kubectl top` shows its agent's
+	// pod, real containers on its real node.
+	for _, name := range []string{"alpha", "beta", "gamma"} {
+		var top string
+		eventually(t, 60*time.Second, "kubectl top pod of "+name+"'s agent", func() error {
+			out, stderr, err := kubectl(clusters[name].KubeconfigPath(), "top", "pod", "--namespace", corev1alpha1.AgentNamespace, "--containers")
+			top = out
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, stderr)
+			}
+			if !strings.Contains(out, "annex-agent") {
+				return fmt.Errorf("no agent pod in %q", out)
+			}
+			return nil
+		})
+		t.Logf("%s: kubectl top pod -n %s --containers:\n%s", name, corev1alpha1.AgentNamespace, top)
+	}
 }
 
 // buildImages writes the pause, echo and agent images into the e2e

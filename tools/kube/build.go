@@ -186,20 +186,20 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	return os.Rename(tmp, path)
 }
 
-// installKwok installs kwok with `go install` (outside this module, so that
-// it keeps its own dependency versions) and renames it to dst.
-func installKwok(dst string) error {
+// goInstall installs t with `go install` (outside this module, so that it
+// keeps its own dependency versions) and renames it to dst.
+func goInstall(t installedTool, dst string) error {
 	gobin, err := os.MkdirTemp(filepath.Dir(dst), ".install-")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(gobin) }() // best-effort cleanup of the temporary GOBIN
-	cmd := exec.Command("go", "install", "-trimpath", "-ldflags=-s -w", "sigs.k8s.io/kwok/cmd/kwok@"+kwokVersion)
+	cmd := exec.Command("go", "install", "-trimpath", "-ldflags="+t.ldflags(), t.pkg+"@"+t.version)
 	cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=-mod=mod", "GOWORK=off")
 	cmd.Dir = os.TempDir()
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return err
 	}
-	return os.Rename(filepath.Join(gobin, "kwok"), dst)
+	return os.Rename(filepath.Join(gobin, t.name), dst)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -47,5 +48,30 @@ func TestSourcesHash(t *testing.T) {
 	write("internal/q/q.go", "package q\n")
 	if hash() == first {
 		t.Error("a new source kept the hash")
+	}
+}
+
+// TestInstalledToolsRecipes: metrics-server is stamped with its version
+// (its own Makefile does it through client-go's version package), and a
+// change of version changes the recipe, so the binary is rebuilt.
+func TestInstalledToolsRecipes(t *testing.T) {
+	names := map[string]installedTool{}
+	for _, tool := range installedTools {
+		names[tool.name] = tool
+	}
+	ms, ok := names["metrics-server"]
+	if !ok {
+		t.Fatalf("installedTools %v lack metrics-server", installedTools)
+	}
+	if _, ok := names["kwok"]; !ok {
+		t.Errorf("installedTools %v lack kwok", installedTools)
+	}
+	if want := "-X k8s.io/client-go/pkg/version.gitVersion=" + metricsServerVersion; !strings.Contains(ms.recipe(), want) {
+		t.Errorf("metrics-server's recipe %q lacks %q", ms.recipe(), want)
+	}
+	other := ms
+	other.version = "v0.0.1"
+	if other.recipe() == ms.recipe() {
+		t.Error("another version kept the recipe")
 	}
 }

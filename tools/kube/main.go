@@ -6,15 +6,18 @@
 // kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet,
 // kube-proxy and localcluster-proxy), a symlink to it named after each of
 // those commands, and
-// kwok (built with `go install`: it keeps its own dependencies).
+// kwok and metrics-server (each built with `go install`: they keep their own
+// dependencies).
 // <dir>/kwok-stages holds the kwok stage configurations.
 //
 //	go run . [-dir DIR] [-print-dir]
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +33,9 @@ const (
 	kubeVersion = "v1.37.2"
 	etcdVersion = "3.7.0"
 	kwokVersion = "v0.8.0"
+	// metricsServerVersion is the newest v0.8 release the module proxy
+	// serves (v0.9.0 is served but is not an approved release).
+	metricsServerVersion = "v0.8.0"
 )
 
 // multiCallName is the multi-call binary's name in <dir>/bin.
@@ -50,10 +56,11 @@ func main() {
 		fmt.Fprintf(flag.CommandLine.Output(), `Usage: go run . [-dir DIR] [-print-dir]
 
 Builds Kubernetes %s (%s, as one multi-call binary %q with a
-symlink per command), etcd %s and kwok %s into DIR/bin, only what is missing
-or was built by an older recipe, and prints DIR. Progress goes to stderr.
+symlink per command), etcd %s, kwok %s and metrics-server %s into DIR/bin,
+only what is missing or was built by an older recipe, and prints DIR.
+Progress goes to stderr.
 
-`, kubeVersion, strings.Join(multicall.Commands, ", "), multiCallName, etcdVersion, kwokVersion)
+`, kubeVersion, strings.Join(multicall.Commands, ", "), multiCallName, etcdVersion, kwokVersion, metricsServerVersion)
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -93,25 +100,77 @@ func run(dir string) error {
 	if err := ensureMultiCall(bin); err != nil {
 		return err
 	}
-	if err := ensureKwok(bin); err != nil {
-		return err
+	for _, t := range installedTools {
+		if err := ensureInstalled(bin, t); err != nil {
+			return err
+		}
 	}
 	return copyStages(filepath.Join(dir, "kwok-stages"))
 }
 
-// ensureKwok installs kwok into bin unless it is there: a regular file (a
+// installedTool is a program built with `go install pkg@version` outside
+// this module, so that it keeps its own dependency versions.
+type installedTool struct {
+	name    string // its file in bin/ (the last element of pkg)
+	pkg     string // the package of its main
+	version string // the module version to install
+	// versionVar is the package variable (-X) that holds the version the
+	// program reports, "" if `go install` gets it right by itself.
+	versionVar string
+	about      string // how long the first build takes, for the progress line
+}
+
+// ldflags are the linker flags t is built with.
+func (t installedTool) ldflags() string {
+	f := "-s -w"
+	if t.versionVar != "" {
+		f += " -X " + t.versionVar + "=" + t.version
+	}
+	return f
+}
+
+// recipe says how t is built; a binary built by another recipe is rebuilt.
+func (t installedTool) recipe() string {
+	return fmt.Sprintf("go install -trimpath -ldflags=%q %s@%s\n", t.ldflags(), t.pkg, t.version)
+}
+
+// installedTools are the programs ensureInstalled builds, in order.
+var installedTools = []installedTool{
+	{name: "kwok", pkg: "sigs.k8s.io/kwok/cmd/kwok", version: kwokVersion, about: "about 2 min"},
+	{
+		name: "metrics-server", pkg: "sigs.k8s.io/metrics-server/cmd/metrics-server", version: metricsServerVersion,
+		// Its Makefile stamps client-go's version package; without it the
+		// binary reports v0.0.0-master+$Format:%H$.
+		versionVar: "k8s.io/client-go/pkg/version.gitVersion",
+		about:      "2 to 8 min",
+	},
+}
+
+// ensureInstalled installs t into bin unless it is there (a regular file: a
 // symlink is another build's link into a multi-call binary that this one
-// does not hold; it is replaced).
-func ensureKwok(bin string) error {
-	dst := filepath.Join(bin, "kwok")
+// does not hold; it is replaced) and was built by t's recipe, recorded in
+// bin/.<name>-recipe. A binary without a recorded recipe, from before
+// recipes were recorded, is kept and the recipe recorded.
+func ensureInstalled(bin string, t installedTool) error {
+	dst := filepath.Join(bin, t.name)
+	recipePath := filepath.Join(bin, "."+t.name+"-recipe")
 	if fi, err := os.Lstat(dst); err == nil && fi.Mode().IsRegular() {
-		return nil
+		got, err := os.ReadFile(recipePath)
+		if errors.Is(err, fs.ErrNotExist) {
+			return writeFileAtomic(recipePath, []byte(t.recipe()), 0o644)
+		}
+		if err == nil && string(got) == t.recipe() {
+			return nil
+		}
 	}
 	start := time.Now()
-	fmt.Fprintf(os.Stderr, "building kwok %s (its own dependencies; about 2 min the first time)...\n", kwokVersion)
-	if err := installKwok(dst); err != nil {
-		return fmt.Errorf("build kwok: %w", err)
+	fmt.Fprintf(os.Stderr, "building %s %s (its own dependencies; %s the first time)...\n", t.name, t.version, t.about)
+	if err := goInstall(t, dst); err != nil {
+		return fmt.Errorf("build %s: %w", t.name, err)
 	}
-	fmt.Fprintf(os.Stderr, "built kwok in %s\n", time.Since(start).Round(time.Second))
+	if err := writeFileAtomic(recipePath, []byte(t.recipe()), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "built %s in %s\n", t.name, time.Since(start).Round(time.Second))
 	return nil
 }

@@ -92,6 +92,9 @@ func checkRealNodes(o Options) error {
 	if err := localcluster.CheckRealNodes(localcluster.DefaultBinDir()); err != nil {
 		return fmt.Errorf("--real-nodes: %w", err)
 	}
+	if err := localcluster.CheckMetricsServer(localcluster.DefaultBinDir()); err != nil {
+		return fmt.Errorf("--real-nodes runs metrics-server: %w", err)
+	}
 	for _, f := range realNodeImages {
 		if _, err := os.Stat(filepath.Join(o.ImagesDir, f)); err != nil {
 			return fmt.Errorf("--real-nodes imports the images of `make image` into the nodes: %w (run `make image`, or pass --images DIR)", err)
@@ -123,6 +126,9 @@ func upReal(ctx context.Context, s cli.IOStreams, o Options) error {
 	err := forEachCluster(func(i int, spec Spec) error {
 		opts := clusterOptions(o, spec, out)
 		opts.RealNodes, opts.Images, opts.PauseImage, opts.NodeNetworkCIDR = 1, images, ociimage.PauseRef(), nodeNetworkCIDR(i)
+		// `kubectl top` and HPAs: the provider's PodMetrics of real
+		// containers, and the consumer's of offloaded pods.
+		opts.MetricsServer = true
 		c, err := localcluster.Start(ctx, opts)
 		if err != nil {
 			return fmt.Errorf("%s: %w", spec.Name, err)
