@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -203,6 +206,112 @@ func TestRealNodeSandbox(t *testing.T) {
 		})
 		t.Logf("%s: kubectl top pod -n %s --containers:\n%s", name, corev1alpha1.AgentNamespace, top)
 	}
+
+	t.Run("kubectl top and a HorizontalPodAutoscaler see offloaded pods", func(t *testing.T) {
+		hot := onProvider("hot", "beta")
+		hot.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("300m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+		}
+		if err := ca.Create(ctx, hot); err != nil {
+			t.Fatal(err)
+		}
+		var pod string
+		eventually(t, 90*time.Second, "hot's pod Ready on annex-beta", func() error {
+			return podsReady(ctx, ca, ns, "app=hot", 1, func(p *corev1.Pod) error {
+				pod = p.Name
+				return nil
+			})
+		})
+		ready := time.Now()
+		eventually(t, 150*time.Second, "kubectl top pod shows the offloaded pod", func() error {
+			out, stderr, err := kubectl(alpha.KubeconfigPath(), "top", "pod", "-n", ns, "-l", "app=hot", "--no-headers")
+			if err != nil || !strings.Contains(out, pod) {
+				return fmt.Errorf("%v: %s%s", err, out, stderr)
+			}
+			return nil
+		})
+		t.Logf("kubectl top pod shows %s %s after it was Ready", pod, time.Since(ready).Round(time.Second))
+
+		hpa := &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hot"}, Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "hot"},
+			MinReplicas:    ptr.To(int32(1)), MaxReplicas: 3,
+			Metrics: []autoscalingv2.MetricSpec{{Type: autoscalingv2.ResourceMetricSourceType, Resource: &autoscalingv2.ResourceMetricSource{
+				Name: corev1.ResourceCPU, Target: autoscalingv2.MetricTarget{Type: autoscalingv2.UtilizationMetricType, AverageUtilization: ptr.To(int32(50))}}}},
+			Behavior: &autoscalingv2.HorizontalPodAutoscalerBehavior{
+				ScaleUp:   &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To(int32(0))},
+				ScaleDown: &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To(int32(0))},
+			},
+		}}
+		if err := ca.Create(ctx, hpa); err != nil {
+			t.Fatal(err)
+		}
+		// Load: the offloaded container burns CPU (up to its 300m limit,
+		// 6 times its request) through kubectl exec on alpha.
+		burnCtx, stopBurn := context.WithTimeout(ctx, 4*time.Minute)
+		defer stopBurn()
+		burned := make(chan error, 1)
+		burnStart := time.Now()
+		go func() {
+			cmd := exec.CommandContext(burnCtx, filepath.Join(localcluster.DefaultBinDir(), "kubectl"), "--kubeconfig", alpha.KubeconfigPath(),
+				"exec", "-n", ns, pod, "--", "/echo-server", "burn", "100s")
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				err = fmt.Errorf("%w: %s", err, out)
+			}
+			burned <- err
+		}()
+		eventually(t, 180*time.Second, "the HPA scales hot up, the new replicas Ready on annex-beta", func() error {
+			if err := ca.Get(ctx, client.ObjectKeyFromObject(hpa), hpa); err != nil {
+				return err
+			}
+			if hpa.Status.DesiredReplicas < 2 {
+				return fmt.Errorf("HPA wants %d replicas (current CPU %v)", hpa.Status.DesiredReplicas, describeHPAMetrics(hpa))
+			}
+			return podsReady(ctx, ca, ns, "app=hot", int(hpa.Status.DesiredReplicas), func(p *corev1.Pod) error {
+				if p.Spec.NodeName != "annex-beta" {
+					return fmt.Errorf("pod %s on %s", p.Name, p.Spec.NodeName)
+				}
+				return nil
+			})
+		})
+		t.Logf("the HPA scaled hot up to %d replicas %s after the load started", hpa.Status.DesiredReplicas, time.Since(burnStart).Round(time.Second))
+		select {
+		case err := <-burned:
+			if err != nil {
+				t.Fatalf("burn: %v", err)
+			}
+		case <-burnCtx.Done():
+			t.Fatal("burn did not end")
+		}
+		loadEnd := time.Now()
+		eventually(t, 180*time.Second, "the HPA scales hot back down to 1 replica", func() error {
+			if err := ca.Get(ctx, client.ObjectKeyFromObject(hpa), hpa); err != nil {
+				return err
+			}
+			if hpa.Status.DesiredReplicas != 1 {
+				return fmt.Errorf("HPA wants %d replicas (current CPU %v)", hpa.Status.DesiredReplicas, describeHPAMetrics(hpa))
+			}
+			return nil
+		})
+		t.Logf("the HPA scaled hot back to 1 replica %s after the load ended", time.Since(loadEnd).Round(time.Second))
+	})
+}
+
+// describeHPAMetrics is the current value of each metric of hpa.
+func describeHPAMetrics(hpa *autoscalingv2.HorizontalPodAutoscaler) string {
+	var out []string
+	for _, m := range hpa.Status.CurrentMetrics {
+		if m.Resource != nil && m.Resource.Current.AverageUtilization != nil {
+			out = append(out, fmt.Sprintf("%s %d%%", m.Resource.Name, *m.Resource.Current.AverageUtilization))
+		}
+	}
+	for _, c := range hpa.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			out = append(out, fmt.Sprintf("%s=%s: %s", c.Type, c.Status, c.Message))
+		}
+	}
+	return "[" + strings.Join(out, "; ") + "]"
 }
 
 // buildImages writes the pause, echo and agent images into the e2e
