@@ -296,6 +296,40 @@ func TestOffloading(t *testing.T) {
 			t.Errorf("reason %q, want the refusal's Forbidden", got.Reason)
 		}
 	})
+	t.Run("a pod over the consumer's grant is refused by the provider with a visible reason and Event", func(t *testing.T) {
+		// Bound to annex-beta directly, past the consumer's scheduler (which
+		// keeps pods within the virtual node's capacity): beta's agent counts
+		// the consumer's pods against its accepted ResourceSlice (8 CPUs).
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "greedy"}, Spec: corev1.PodSpec{
+			NodeName: "annex-beta",
+			Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100")}}}}}}
+		if err := ca.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 60*time.Second, "the pod Failed with reason QuotaExceeded and beta's Event", func() error {
+			if err := ca.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return err
+			}
+			if p.Status.Phase != corev1.PodFailed || p.Status.Reason != offloadingv1alpha1.ReasonQuotaExceeded {
+				return fmt.Errorf("phase %s reason %q message %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+			}
+			events := &corev1.EventList{}
+			if err := ca.List(ctx, events, client.InNamespace("shop")); err != nil {
+				return err
+			}
+			for _, ev := range events.Items {
+				if ev.InvolvedObject.UID == p.UID && ev.Reason == offloadingv1alpha1.ReasonQuotaExceeded && ev.Source.Component == "annex-beta" {
+					return nil
+				}
+			}
+			return fmt.Errorf("no QuotaExceeded Event from beta among %d", len(events.Items))
+		})
+		t.Logf("refused: %s: %s", p.Status.Reason, p.Status.Message)
+		if err := ca.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("a pod the provider cannot schedule says so, and runs once it can", func(t *testing.T) {
 		// Every node of beta tainted: beta's scheduler cannot place the pod.
 		nodes := &corev1.NodeList{}
