@@ -15,8 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/annexhq/annex/internal/ociimage"
 )
 
 // TestMetricsServerOptions: metrics-server needs a real node to run in.
@@ -84,15 +82,7 @@ func TestMetricsServer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	imgDir := t.TempDir()
-	pause, err := ociimage.Pause(ctx, filepath.Join(imgDir, "pause.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	echo, err := ociimage.Echo(ctx, filepath.Join(imgDir, "echo.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pause, echo := testImages(ctx, t)
 	dir := t.TempDir()
 	before := hostSnapshot(t, dir)
 	begin := time.Now()

@@ -623,6 +623,21 @@ func requireRealNodes(t *testing.T) {
 	}
 }
 
+// testImages builds the pause and echo images into a temporary directory.
+func testImages(ctx context.Context, t *testing.T) (pause, echo ociimage.Image) {
+	t.Helper()
+	dir := t.TempDir()
+	pause, err := ociimage.Pause(ctx, filepath.Join(dir, "pause.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo, err = ociimage.Echo(ctx, filepath.Join(dir, "echo.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pause, echo
+}
+
 // TestRealNodes starts a cluster with two real nodes and a kwok node, runs
 // real containers (logs, exec, port-forward and the pod proxy through the
 // API server; a ClusterIP Service through kube-proxy from a pod on the
@@ -634,15 +649,7 @@ func TestRealNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	imgDir := t.TempDir()
-	pause, err := ociimage.Pause(ctx, filepath.Join(imgDir, "pause.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	echo, err := ociimage.Echo(ctx, filepath.Join(imgDir, "echo.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pause, echo := testImages(ctx, t)
 
 	dir := t.TempDir()
 	before := hostSnapshot(t, dir)
