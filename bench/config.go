@@ -37,6 +37,9 @@ type Config struct {
 	// (placementShared, placementPinned; empty in runs from before: shared
 	// only).
 	Placements []string `json:"placements,omitempty"`
+	// AgentArgs are extra flags of both agents (e.g. -v=1 to see why
+	// something waits); a run with any is customized.
+	AgentArgs []string `json:"agentArgs,omitempty"`
 }
 
 // Phase names, in the order they run.
@@ -86,6 +89,7 @@ func configFromFlags(fs *flag.FlagSet, args []string) (Config, options, error) {
 	phases := fs.String("phases", "", "run only these phases (comma-separated: "+strings.Join(allPhases, ",")+")")
 	placements := fs.String("placements", strings.Join(allPlacements, ","), "run every burst trial in these placements (comma-separated): "+
 		"shared (every process on every CPU) and pinned (the consumer's processes on one CPU, the provider's on another; needs 2 CPUs)")
+	agentArgs := fs.String("agent-args", "", "extra flags of both agents, space-separated (e.g. -v=1: the reflector logs requeues and provider sessions)")
 	fs.StringVar(&o.out, "out", "bench/results", "directory the results are written to")
 	fs.StringVar(&o.bin, "bin", "bin", "directory holding annexctl and annex-agent (make build)")
 	fs.StringVar(&o.kubeBin, "kube-bin", "", "directory holding the Kubernetes binaries (default: make tools' cache)")
@@ -131,6 +135,7 @@ func configFromFlags(fs *flag.FlagSet, args []string) (Config, options, error) {
 	if *window > 0 {
 		c.Window = Duration(*window)
 	}
+	c.AgentArgs = strings.Fields(*agentArgs)
 	if *phases != "" {
 		for p := range strings.SplitSeq(*phases, ",") {
 			p = strings.TrimSpace(p)
@@ -182,7 +187,7 @@ func (c Config) custom() bool {
 	p := presets[c.Scale]
 	return fmt.Sprint(p.BurstSizes, p.BurstTrials, p.FailurePods, p.FailureTrials, p.UnpeerSizes, p.UnpeerTrials, p.FootprintPods, p.Settle, p.Window) !=
 		fmt.Sprint(c.BurstSizes, c.BurstTrials, c.FailurePods, c.FailureTrials, c.UnpeerSizes, c.UnpeerTrials, c.FootprintPods, c.Settle, c.Window) ||
-		len(c.Phases) > 0 || fmt.Sprint(c.placements()) != fmt.Sprint(allPlacements) && len(c.Placements) > 0
+		len(c.Phases) > 0 || len(c.AgentArgs) > 0 || fmt.Sprint(c.placements()) != fmt.Sprint(allPlacements) && len(c.Placements) > 0
 }
 
 // placements are the placements of the burst trials: those asked for, or

@@ -71,6 +71,8 @@ type env struct {
 	// trials, by cluster; allowedCPUs what they get back after each.
 	pinCPUs     map[string][]int
 	allowedCPUs []int
+	// agentArgs are Config.AgentArgs: extra flags of every agent.
+	agentArgs []string
 }
 
 // providerNodes is how many kwok nodes the provider needs for pods pods.
@@ -83,7 +85,7 @@ func providerNodes(pods int) int {
 // with room for the largest Deployment. On error, whatever was started is
 // stopped again.
 func startEnv(ctx context.Context, l *logger, dir, bin, kubeBin string, cfg Config) (_ *env, err error) {
-	e := &env{dir: dir, bin: bin, agents: map[string]*agentProc{}, log: l}
+	e := &env{dir: dir, bin: bin, agents: map[string]*agentProc{}, log: l, agentArgs: cfg.AgentArgs}
 	defer func() {
 		if err != nil {
 			e.stop()
@@ -169,7 +171,7 @@ func (e *env) startAgent(ctx context.Context, k *kube, args ...string) error {
 	if err != nil {
 		return err
 	}
-	all := append([]string{"--pprof-bind-address=" + pprofAddr}, args...)
+	all := append(append([]string{"--pprof-bind-address=" + pprofAddr}, e.agentArgs...), args...)
 	a, err := sandbox.StartAgent(ctx, k.Cluster, sandbox.AgentOptions{
 		Binary: filepath.Join(e.bin, "annex-agent"), TokenTTL: 24 * time.Hour, Args: all})
 	if err != nil {

@@ -88,10 +88,69 @@ func Connect(ctx context.Context, path string, timeout time.Duration) (*Cluster,
 	cl := &Cluster{Kubeconfig: displayPath(path), Host: cfg.Host, Config: cfg, Client: c, Clientset: cs}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if _, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(pctx); err != nil {
+	if err := cl.waitReady(pctx, time.Second); err != nil {
 		return nil, cl.Unreachable(err)
 	}
 	return cl, nil
+}
+
+// waitReady asks the API server's /readyz until it says ready or ctx ends.
+// An API server that answers but is not ready yet (a 500 listing failed
+// checks: it has just started, or restarted) is asked again every interval;
+// any other error ends the wait at once.
+func (c *Cluster) waitReady(ctx context.Context, interval time.Duration) error {
+	var last error // the last not-ready answer
+	for {
+		_, err := c.Clientset.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case notReady(err):
+			last = err
+		case last != nil && !isAnswer(err):
+			// Out of time (or the rate limiter says so) after a not-ready
+			// answer: that answer says what is wrong.
+			return last
+		default:
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return last
+		case <-time.After(interval):
+		}
+	}
+}
+
+// isAnswer reports whether err is an answer of the API server.
+func isAnswer(err error) bool {
+	var st apierrors.APIStatus
+	return errors.As(err, &st)
+}
+
+// notReady reports whether err is an API server's answer that it is not
+// ready (500 or 503), as opposed to no answer or a refusal.
+func notReady(err error) bool {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return false
+	}
+	code := st.Status().Code
+	return code == 500 || code == 503
+}
+
+// failedChecks returns the failed checks of a /readyz answer ("[-]name
+// failed: reason"), comma-separated, or "" when it lists none.
+func failedChecks(body string) string {
+	var failed []string
+	// An error's text quotes the body: its line breaks read as \n.
+	body = strings.ReplaceAll(body, `\n`, "\n")
+	for _, f := range strings.FieldsFunc(body, func(r rune) bool { return r == '\n' || r == '"' }) {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(f), "[-]"); ok {
+			failed = append(failed, name)
+		}
+	}
+	return strings.Join(failed, ", ")
 }
 
 // Unreachable turns a connection error into one sentence a person can act on.
@@ -108,6 +167,8 @@ func (c *Cluster) Unreachable(err error) error {
 		reason = "no answer before the timeout (is the API server hung or firewalled?)"
 	case errors.As(err, &uerr) && strings.Contains(uerr.Err.Error(), "connection refused"):
 		reason = "connection refused (is the API server running?)"
+	case notReady(err) && failedChecks(err.Error()) != "":
+		reason = "the API server answers but is not ready: " + failedChecks(err.Error())
 	default:
 		reason = err.Error()
 	}
