@@ -70,6 +70,7 @@ func TestProviderEventsComeHome(t *testing.T) {
 	providerEvent("stranger.x", "Pod", "v1", "stranger", corev1.EventTypeWarning, "Failed", "not yours")
 	providerEvent("nobody.x", "Pod", "v1", "nobody", corev1.EventTypeWarning, "Failed", "no such pod")
 	providerEvent("ev.odd", "Pod", "v1", "ev", "Odd", "Weird", "neither Normal nor Warning")
+	providerEvent("ev.scheduled", "Pod", "v1", "ev", corev1.EventTypeNormal, eventreflector.ReasonScheduled, "Successfully assigned to beta-node-0")
 
 	localEvents := func() map[string]corev1.Event { // by reason
 		list, err := lcs.CoreV1().Events(localNS).List(ctx, metav1.ListOptions{
@@ -97,9 +98,10 @@ func TestProviderEventsComeHome(t *testing.T) {
 		return nil
 	}
 	clustertest.Eventually(t, 30*time.Second, "provider Events on the local pod", func() error {
-		// The provider's scheduler's own Events (Scheduled) come too.
+		// The provider's scheduler's Scheduled Event does not come: the
+		// local scheduler recorded the pod's own.
 		evs := localEvents()
-		for _, r := range []string{"Failed", "Weird"} {
+		for _, r := range []string{"Failed", "Weird", eventreflector.ReasonScheduled} {
 			if ev, ok := evs[r]; ok {
 				t.Fatalf("reflected %s: %q", r, ev.Message)
 			}

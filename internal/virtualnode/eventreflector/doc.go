@@ -13,7 +13,12 @@
 // in the mapped local namespace, bound to this virtual node, and the
 // ShadowPod of that name carries the local pod's UID (annotation
 // annex.dev/origin-uid, read from podreflector's informers). Everything else
-// is dropped. The local Event keeps the provider's type and reason (a
+// is dropped, and so is the provider scheduler's Normal Scheduled Event of
+// a pod: the local scheduler recorded the pod's own (bound to the virtual
+// node), and which provider node took it is the provider's business. Of a
+// pod that starts normally, what comes home is what a kubelet records
+// (Pulled, Created, Started: the Events a local pod gets too), so Annex
+// adds no Event write of its own to an offloaded pod's way. The local Event keeps the provider's type and reason (a
 // reason must be a short word, at most 128 characters); its message is
 // "<provider>: " then the provider's message, valid UTF-8 without control
 // characters, cut to 1 KiB; its source component is

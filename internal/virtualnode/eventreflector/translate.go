@@ -64,10 +64,15 @@ func (r Reflection) Annotations() map[string]string {
 
 var shadowPodGroup = offloadingv1alpha1.GroupVersion.Group
 
+// ReasonScheduled is the reason of a scheduler's Event that it bound a pod
+// to a node: not reflected (see Translate).
+const ReasonScheduled = "Scheduled"
+
 // Translate returns the reflection of provider Event ev, whose namespace
 // localNamespace maps to the local namespace (false: not offloaded here).
 // ok is false for an Event that is not about a Pod or a ShadowPod, whose
-// type is neither Normal nor Warning, or that is malformed. It does not
+// type is neither Normal nor Warning, that is the provider scheduler's
+// Normal Scheduled Event of a pod, or that is malformed. It does not
 // check that the local pod exists: the caller does.
 func Translate(ev *corev1.Event, providerID string, localNamespace func(remote string) (string, bool)) (Reflection, bool) {
 	if ev == nil || ev.UID == "" {
@@ -93,6 +98,13 @@ func Translate(ev *corev1.Event, providerID string, localNamespace func(remote s
 		return Reflection{}, false
 	}
 	if obj.Name == "" || len(obj.Name) > maxNameLength || strings.ContainsAny(obj.Name, "/%") {
+		return Reflection{}, false
+	}
+	if obj.Kind == "Pod" && ev.Type == corev1.EventTypeNormal && ev.Reason == ReasonScheduled {
+		// The local scheduler recorded the pod's own Scheduled Event (to
+		// the virtual node); which provider node took it is the
+		// provider's business, and not reflecting it saves a write per
+		// offloaded pod.
 		return Reflection{}, false
 	}
 	local, ok := localNamespace(ev.Namespace)

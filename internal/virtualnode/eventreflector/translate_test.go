@@ -53,6 +53,14 @@ func TestTranslate(t *testing.T) {
 			w.Type = corev1.EventTypeNormal
 			return &w
 		}()},
+		{name: "the provider scheduler's Scheduled", mut: func(e *corev1.Event) {
+			e.Type, e.Reason = corev1.EventTypeNormal, ReasonScheduled
+		}},
+		{name: "a Warning Scheduled", mut: func(e *corev1.Event) { e.Reason = ReasonScheduled }, want: func() *Reflection {
+			w := want
+			w.Reason = ReasonScheduled
+			return &w
+		}()},
 		{name: "other type", mut: func(e *corev1.Event) { e.Type = "Critical" }},
 		{name: "no type", mut: func(e *corev1.Event) { e.Type = "" }},
 		{name: "no UID", mut: func(e *corev1.Event) { e.UID = "" }},
