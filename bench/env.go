@@ -111,6 +111,9 @@ func startEnv(ctx context.Context, l *logger, dir, bin, kubeBin string, cfg Conf
 				PodCIDR: spec.PodCIDR, ServiceCIDR: spec.ServiceCIDR, Nodes: nodes[name],
 				// The bursts count writes per pod from the audit log.
 				AuditWrites: true,
+				// pprof of the API servers, for finding where a burst's
+				// time goes (kubectl get --raw /debug/pprof/profile).
+				Profiling: true,
 			})
 			if err != nil {
 				errs[i] = err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,12 +22,35 @@ type Profile struct {
 	// Target is the key of the TargetResult the profile explains.
 	Target string `json:"target"`
 	Agent  string `json:"agent"`
-	Kind   string `json:"kind"` // cpu, heap or goroutine
-	When   string `json:"when"`
+	// Component is "kube-apiserver" for a profile of the cluster's API
+	// server (Agent names the cluster then); empty for the agent's.
+	Component string `json:"component,omitempty"`
+	Kind      string `json:"kind"` // cpu, heap or goroutine
+	When      string `json:"when"`
 	// File and Top are the names in the results directory once copied.
 	File string `json:"file,omitempty"`
 	Top  string `json:"top,omitempty"`
 	tmp  string
+}
+
+// apiServer is Profile.Component of an API server's profile.
+const apiServer = "kube-apiserver"
+
+// name is what the profile's files are named after: the cluster, and the
+// component unless it is the agent.
+func (p Profile) name() string {
+	if p.Component == "" {
+		return p.Agent
+	}
+	return p.Agent + "-" + p.Component
+}
+
+// of says whose profile it is, e.g. "the beta agent".
+func (p Profile) of() string {
+	if p.Component == "" {
+		return "the " + p.Agent + " agent"
+	}
+	return p.Agent + "'s " + p.Component
 }
 
 // pprofPaths are the agent endpoints of each kind.
@@ -59,27 +83,49 @@ func (e *env) captureProfile(ctx context.Context, a *agentProc, target, kind, wh
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		return p, fmt.Errorf("GET %s: %s: %s", path, resp.Status, body)
 	}
+	return p, e.storeProfile(&p, resp.Body)
+}
+
+// captureAPIServerProfile takes a CPU profile of k's API server over
+// seconds (its /debug/pprof, served with localcluster's Profiling, read
+// with the admin credentials) into the run's temporary directory.
+func (e *env) captureAPIServerProfile(ctx context.Context, k *kube, target, when string, seconds int) (Profile, error) {
+	p := Profile{Target: target, Agent: k.Name(), Component: apiServer, Kind: "cpu", When: when}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(seconds)*time.Second+30*time.Second)
+	defer cancel()
+	data, err := k.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", fmt.Sprint(seconds)).Timeout(time.Duration(seconds)*time.Second + 30*time.Second).DoRaw(ctx)
+	if err != nil {
+		return p, fmt.Errorf("profile of %s: %w", p.of(), err)
+	}
+	return p, e.storeProfile(&p, bytes.NewReader(data))
+}
+
+// storeProfile writes a profile read from r into the run's temporary
+// directory and records its file in p.
+func (e *env) storeProfile(p *Profile, r io.Reader) error {
 	dir := filepath.Join(e.dir, "profiles")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return p, err
+		return err
 	}
-	f, err := os.CreateTemp(dir, fmt.Sprintf("%s-%s-%s-*.pb.gz", target, p.Agent, kind))
+	f, err := os.CreateTemp(dir, fmt.Sprintf("%s-%s-%s-*.pb.gz", p.Target, p.name(), p.Kind))
 	if err != nil {
-		return p, err
+		return err
 	}
-	_, err = io.Copy(f, resp.Body)
+	_, err = io.Copy(f, r)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return p, err
+		return err
 	}
 	p.tmp = f.Name()
-	return p, nil
+	return nil
 }
 
-// profileDuring runs fn while taking a CPU profile of both agents over about
-// d and a goroutine profile of each halfway through.
+// profileDuring runs fn while taking a CPU profile of both agents and both
+// API servers over about d and a goroutine profile of each agent halfway
+// through.
 func (e *env) profileDuring(ctx context.Context, target, when string, d time.Duration, fn func() error) ([]Profile, error) {
 	secs := max(int(d.Seconds()+0.5), 2)
 	var mu sync.Mutex
@@ -97,7 +143,11 @@ func (e *env) profileDuring(ctx context.Context, target, when string, d time.Dur
 	}
 	for _, name := range []string{consumerName, providerName} {
 		a := e.agents[name]
-		wg.Add(2)
+		wg.Add(3)
+		go func() {
+			defer wg.Done()
+			add(e.captureAPIServerProfile(ctx, a.cluster, target, when, secs))
+		}()
 		go func() {
 			defer wg.Done()
 			add(e.captureProfile(ctx, a, target, "cpu", when, secs))
@@ -121,7 +171,7 @@ func (e *env) profileDuring(ctx context.Context, target, when string, d time.Dur
 // <stamp>-<target>-<agent>-<kind>.pb.gz, with `go tool pprof -top` text
 // next to it.
 func saveProfile(p *Profile, outDir, stamp string) error {
-	base := fmt.Sprintf("%s-%s-%s-%s", stamp, p.Target, p.Agent, p.Kind)
+	base := fmt.Sprintf("%s-%s-%s-%s", stamp, p.Target, p.name(), p.Kind)
 	data, err := os.ReadFile(p.tmp)
 	if err != nil {
 		return err
@@ -140,7 +190,7 @@ const topNodes = 60
 // cumulative without the runtime's own frames, which shows what Annex's
 // code spends the time (or parks the goroutines) in.
 func writeTop(p *Profile, outDir string) error {
-	header := fmt.Sprintf("# %s profile of the %s agent (%s), for target %q\n", p.Kind, p.Agent, p.When, p.Target)
+	header := fmt.Sprintf("# %s profile of %s (%s), for target %q\n", p.Kind, p.of(), p.When, p.Target)
 	var text []byte
 	for _, args := range [][]string{{"-top"}, {"-top", "-cum", `-hide=^runtime\.|^internal/runtime`}} {
 		args = append(args, fmt.Sprintf("-nodecount=%d", topNodes))

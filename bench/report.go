@@ -73,7 +73,7 @@ func markdown(r *Results, outDir string) string {
 			if len(profs) > 0 {
 				p(" Profiles:")
 				for _, pr := range profs {
-					p(" [%s %s of the %s agent](%s) ([raw](%s));", pr.Kind, "profile", pr.Agent, pr.Top, pr.File)
+					p(" [%s %s of %s](%s) ([raw](%s));", pr.Kind, "profile", pr.of(), pr.Top, pr.File)
 				}
 				p(" excerpts below.")
 			}
@@ -81,13 +81,13 @@ func markdown(r *Results, outDir string) string {
 			for _, pr := range profs {
 				if pr.Kind == "cpu" {
 					if h := cpuHotspots(filepath.Join(outDir, pr.Top)); h != "" {
-						p("  - %s agent: %s\n", pr.Agent, h)
+						p("  - %s: %s\n", pr.of(), h)
 					}
 				}
 			}
 			for _, pr := range profs {
-				p("\n  <details><summary>%s profile of the %s agent, %s (top of <code>go tool pprof -top</code>%s)</summary>\n\n  ```\n%s  ```\n  </details>\n",
-					pr.Kind, pr.Agent, pr.When, " <code>-cum</code>, runtime frames hidden",
+				p("\n  <details><summary>%s profile of %s, %s (top of <code>go tool pprof -top</code>%s)</summary>\n\n  ```\n%s  ```\n  </details>\n",
+					pr.Kind, pr.of(), pr.When, " <code>-cum</code>, runtime frames hidden",
 					indent(topExcerpt(filepath.Join(outDir, pr.Top), map[bool]int{true: 12, false: 25}[pr.Kind == "goroutine"]), "  "))
 			}
 		}

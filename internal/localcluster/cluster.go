@@ -212,6 +212,9 @@ type Options struct {
 	// response code; no bodies) as JSON lines in AuditLogPath. For
 	// measurements: it costs the API server a line per write.
 	AuditWrites bool
+	// Profiling serves the API server's /debug/pprof (to cluster admins)
+	// instead of turning it off. For measurements.
+	Profiling bool
 	// Progress, if set, gets one line per startup step with the time
 	// elapsed since Start was called.
 	Progress io.Writer
@@ -412,6 +415,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 			Nodes:       o.Nodes,
 			Detach:      o.Detach,
 			AuditWrites: o.AuditWrites,
+			Profiling:   o.Profiling,
 		},
 		children: map[string]*process{},
 	}

@@ -93,6 +93,10 @@ rules:
 
 func apiServerArgs(l layout, s *state) []string {
 	args := baseAPIServerArgs(l, s)
+	if s.Profiling {
+		// Flags parse left to right: this overrides --profiling=false.
+		args = append(args, "--profiling=true")
+	}
 	if s.AuditWrites {
 		args = append(args,
 			"--audit-policy-file="+l.auditPolicy(),

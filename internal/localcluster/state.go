@@ -27,6 +27,7 @@ type state struct {
 	Nodes       int    `json:"nodes"`
 	Detach      bool   `json:"detach"`
 	AuditWrites bool   `json:"auditWrites,omitempty"`
+	Profiling   bool   `json:"profiling,omitempty"`
 	// Real nodes (see realnode.go); CgroupParent holds their cgroups in
 	// every hierarchy.
 	RealNodes       int      `json:"realNodes,omitempty"`
