@@ -136,7 +136,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	var entries []offloadingv1alpha1.ProviderNamespaceStatus
-	var ready []string
 	for _, rn := range existing {
 		p := providerOf(&rn)
 		if !slices.Contains(selected, p) || !rn.DeletionTimestamp.IsZero() {
@@ -146,16 +145,37 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if c := meta.FindStatusCondition(rn.Status.Conditions, offloadingv1alpha1.ConditionReady); c != nil && c.ObservedGeneration == rn.Generation && rn.Status.Phase != "" {
 			e.Phase, e.Message = rn.Status.Phase, rn.Status.Message
 		}
-		if e.Phase == offloadingv1alpha1.RemoteNamespaceReady {
-			ready = append(ready, p)
-		}
 		entries = append(entries, e)
 	}
-	sort.Strings(ready)
-	if err := r.labelNamespace(ctx, ns, &strategy, strings.Join(ready, ",")); err != nil {
+	if err := r.labelNamespace(ctx, ns, &strategy, strings.Join(Targets(entries), ",")); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.patchStatus(ctx, nso, entries, selected, strategy)
+}
+
+// Targets are the providers the namespace's new pods may be scheduled to
+// (its annotation annex.dev/offloading-clusters, sorted): those whose
+// remote namespace is Ready or, while none is, those whose remote namespace
+// is still pending. A pod created right after the namespace was offloaded
+// is then bound to a pending provider's virtual node, which offloads it as
+// soon as the remote namespace is Ready, rather than staying Pending for
+// good with an affinity to no provider (its controller would not replace
+// it). Providers that refused the namespace (Failed) are never targets.
+func Targets(entries []offloadingv1alpha1.ProviderNamespaceStatus) []string {
+	var ready, pending []string
+	for _, e := range entries {
+		switch e.Phase {
+		case offloadingv1alpha1.RemoteNamespaceReady:
+			ready = append(ready, e.ClusterID)
+		case offloadingv1alpha1.RemoteNamespacePending:
+			pending = append(pending, e.ClusterID)
+		}
+	}
+	if len(ready) == 0 {
+		ready = pending
+	}
+	sort.Strings(ready)
+	return ready
 }
 
 func (r *Reconciler) patchStatus(ctx context.Context, nso *offloadingv1alpha1.NamespaceOffloading, entries []offloadingv1alpha1.ProviderNamespaceStatus, selected []string, strategy offloadingv1alpha1.PodOffloadingStrategy) error {

@@ -49,6 +49,29 @@ func TestMatches(t *testing.T) {
 	}
 }
 
+func TestTargets(t *testing.T) {
+	e := func(id string, phase offloadingv1alpha1.RemoteNamespacePhase) offloadingv1alpha1.ProviderNamespaceStatus {
+		return offloadingv1alpha1.ProviderNamespaceStatus{ClusterID: id, Phase: phase}
+	}
+	ready, pending, failed := offloadingv1alpha1.RemoteNamespaceReady, offloadingv1alpha1.RemoteNamespacePending, offloadingv1alpha1.RemoteNamespaceFailed
+	for _, tc := range []struct {
+		name    string
+		entries []offloadingv1alpha1.ProviderNamespaceStatus
+		want    []string
+	}{
+		{name: "none", want: nil},
+		{name: "ready ones only, sorted", entries: []offloadingv1alpha1.ProviderNamespaceStatus{e("gamma", ready), e("beta", pending), e("alpha", ready)}, want: []string{"alpha", "gamma"}},
+		{name: "none ready yet: the pending ones", entries: []offloadingv1alpha1.ProviderNamespaceStatus{e("gamma", pending), e("beta", failed), e("alpha", pending)}, want: []string{"alpha", "gamma"}},
+		{name: "only refusals", entries: []offloadingv1alpha1.ProviderNamespaceStatus{e("beta", failed)}, want: nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, Targets(tc.entries)); diff != "" {
+				t.Errorf("Targets (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestReconcile(t *testing.T) {
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
@@ -92,6 +115,11 @@ func TestReconcile(t *testing.T) {
 	_ = c.Get(ctx, client.ObjectKey{Name: "shop"}, ns)
 	if diff := cmp.Diff(map[string]string{corev1alpha1.LabelOffloading: "true", corev1alpha1.LabelOffloadingStrategy: "Remote"}, ns.Labels); diff != "" {
 		t.Errorf("namespace labels (-want +got):\n%s", diff)
+	}
+	// Pods created before the provider answers go to its virtual node and
+	// wait there for the remote namespace.
+	if got := ns.Annotations[corev1alpha1.AnnotationOffloadingClusters]; got != "beta" {
+		t.Errorf("offloading-clusters while beta's remote namespace is pending = %q, want beta", got)
 	}
 
 	// The provider's answer arrives (through the replicator).
