@@ -69,7 +69,7 @@ func sampleResults() *Results {
 		{Mode: modeOffloaded, Rate: 20, DurationSeconds: 60, Created: 1200, AchievedRate: 19.98, LateCreates: 2, Started: 1197, NotStarted: 3, MaxAlive: 240,
 			Startup: Latency{N: 1197, P50: 1.1, P90: 3.2, P99: 6.4, Max: 9}, StartupFromCreation: Latency{N: 1197, P50: 1.6, P90: 3.7, P99: 7, Max: 9.5},
 			Stages: []StageDelay{{From: "created", To: "bound", Pods: 1200, P50: 0.04, P99: 0.5, Max: 0.6}, {From: "bound", To: "shadowpod", Pods: 1199, P50: 0.5, P99: 4, Max: 6}},
-			Error: "3 of 1200 pods not started"},
+			Error:  "3 of 1200 pods not started"},
 	}
 	none := map[string]int{"Pending: node affinity to remote cluster none-ready (admitted while the namespace's remote namespace was not Ready)": 20}
 	for i, s := range []float64{2, 3, 4} {
