@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,14 @@ type Config struct {
 	// (placementShared, placementPinned; empty in runs from before: shared
 	// only).
 	Placements []string `json:"placements,omitempty"`
+	// StreamRate is the pods per second of the pod-startup stream, in each
+	// mode, for StreamDuration (both zero in runs from before the phase).
+	StreamRate     float64  `json:"streamRate,omitempty"`
+	StreamDuration Duration `json:"streamDuration,omitempty"`
+	// FreshTrials is how many times the fresh-namespace burst runs in each
+	// mode, with FreshPods pods (zero in runs from before the phase).
+	FreshTrials int `json:"freshTrials,omitempty"`
+	FreshPods   int `json:"freshPods,omitempty"`
 	// AgentArgs are extra flags of both agents (e.g. -v=1 to see why
 	// something waits); a run with any is customized.
 	AgentArgs []string `json:"agentArgs,omitempty"`
@@ -47,12 +56,17 @@ const (
 	phaseTunnel    = "tunnel"
 	phaseIdle      = "idle"
 	phaseBurst     = "burst"
+	phaseStream    = "stream"
+	phaseFresh     = "fresh"
 	phaseFootprint = "footprint"
 	phaseFailure   = "failure"
 	phaseUnpeer    = "unpeer"
 )
 
-var allPhases = []string{phaseTunnel, phaseIdle, phaseBurst, phaseFootprint, phaseFailure, phaseUnpeer}
+// stream and fresh run after burst (which normally takes the footprint
+// window with the pods of its last N=1000 trial) and before the failure and
+// unpeer phases, which kill the provider's API server and peer again.
+var allPhases = []string{phaseTunnel, phaseIdle, phaseBurst, phaseStream, phaseFresh, phaseFootprint, phaseFailure, phaseUnpeer}
 
 // presets are the scales `make bench BENCH_SCALE=...` chooses from.
 var presets = map[string]Config{
@@ -62,6 +76,8 @@ var presets = map[string]Config{
 		UnpeerSizes: []int{10, 100}, UnpeerTrials: 1,
 		FootprintPods: 1000,
 		Settle:        Duration(5 * time.Second), Window: Duration(30 * time.Second),
+		StreamRate: 20, StreamDuration: Duration(time.Minute),
+		FreshTrials: 3, FreshPods: 20,
 	},
 	"full": {
 		BurstSizes: []int{10, 100, 1000, 5000}, BurstTrials: 3,
@@ -69,6 +85,8 @@ var presets = map[string]Config{
 		UnpeerSizes: []int{10, 100}, UnpeerTrials: 3,
 		FootprintPods: 1000,
 		Settle:        Duration(30 * time.Second), Window: Duration(60 * time.Second),
+		StreamRate: 20, StreamDuration: Duration(5 * time.Minute),
+		FreshTrials: 5, FreshPods: 20,
 	},
 }
 
@@ -76,7 +94,7 @@ var presets = map[string]Config{
 // developing: tiny sizes, one trial, one phase).
 func configFromFlags(fs *flag.FlagSet, args []string) (Config, options, error) {
 	var o options
-	scale := fs.String("scale", "small", "preset: small (under 10 minutes on 2 cores with -placements shared) or full (about 45 minutes with -placements shared); the pinned placement runs the bursts again")
+	scale := fs.String("scale", "small", "preset: small (under 10 minutes on 2 cores with -placements shared, plus about 5 for stream and fresh) or full (about 45 minutes with -placements shared, plus about 15 for stream and fresh); the pinned placement runs the bursts again")
 	sizes := fs.String("sizes", "", "override the burst sizes, e.g. 5,20")
 	trials := fs.Int("trials", 0, "override the trials per burst size and mode")
 	failurePods := fs.Int("failure-pods", 0, "override the number of pods behind the failure-reaction Service")
@@ -86,6 +104,10 @@ func configFromFlags(fs *flag.FlagSet, args []string) (Config, options, error) {
 	footprintPods := fs.Int("footprint-pods", 0, "override the offloaded pods of the footprint and churn window")
 	settle := fs.Duration("settle", 0, "override the quiet time before an idle window")
 	window := fs.Duration("window", 0, "override the length of an idle window")
+	streamRate := fs.Float64("stream-rate", 0, "override the pods per second of the pod-startup stream (small and full: 20)")
+	streamDuration := fs.Duration("stream-duration", 0, "override how long the pod-startup stream runs in each mode (small: 1m, full: 5m)")
+	freshTrials := fs.Int("fresh-trials", 0, "override the trials per mode of the burst into a fresh namespace (small: 3, full: 5)")
+	freshPods := fs.Int("fresh-pods", 0, "override the pods of the burst into a fresh namespace (20)")
 	phases := fs.String("phases", "", "run only these phases (comma-separated: "+strings.Join(allPhases, ",")+")")
 	placements := fs.String("placements", strings.Join(allPlacements, ","), "run every burst trial in these placements (comma-separated): "+
 		"shared (every process on every CPU) and pinned (the consumer's processes on one CPU, the provider's on another; needs 2 CPUs)")
@@ -129,6 +151,17 @@ func configFromFlags(fs *flag.FlagSet, args []string) (Config, options, error) {
 	override(&c.FailureTrials, *failureTrials)
 	override(&c.UnpeerTrials, *unpeerTrials)
 	override(&c.FootprintPods, *footprintPods)
+	override(&c.FreshTrials, *freshTrials)
+	override(&c.FreshPods, *freshPods)
+	if *streamRate < 0 || *streamDuration < 0 {
+		return c, o, errors.New("-stream-rate and -stream-duration must be positive")
+	}
+	if *streamRate > 0 {
+		c.StreamRate = *streamRate
+	}
+	if *streamDuration > 0 {
+		c.StreamDuration = Duration(*streamDuration)
+	}
 	if *settle > 0 {
 		c.Settle = Duration(*settle)
 	}
@@ -182,12 +215,16 @@ func (c Config) needsClusters() bool {
 	return false
 }
 
-// custom reports whether the run departs from its preset.
+// custom reports whether the run departs from its preset. The stream and
+// fresh settings count only when set: runs from before those phases have
+// none.
 func (c Config) custom() bool {
 	p := presets[c.Scale]
+	newer := c.StreamRate > 0 && (c.StreamRate != p.StreamRate || c.StreamDuration != p.StreamDuration) ||
+		c.FreshTrials > 0 && (c.FreshTrials != p.FreshTrials || c.FreshPods != p.FreshPods)
 	return fmt.Sprint(p.BurstSizes, p.BurstTrials, p.FailurePods, p.FailureTrials, p.UnpeerSizes, p.UnpeerTrials, p.FootprintPods, p.Settle, p.Window) !=
 		fmt.Sprint(c.BurstSizes, c.BurstTrials, c.FailurePods, c.FailureTrials, c.UnpeerSizes, c.UnpeerTrials, c.FootprintPods, c.Settle, c.Window) ||
-		len(c.Phases) > 0 || len(c.AgentArgs) > 0 || fmt.Sprint(c.placements()) != fmt.Sprint(allPlacements) && len(c.Placements) > 0
+		newer || len(c.Phases) > 0 || len(c.AgentArgs) > 0 || fmt.Sprint(c.placements()) != fmt.Sprint(allPlacements) && len(c.Placements) > 0
 }
 
 // placements are the placements of the burst trials: those asked for, or
@@ -208,7 +245,17 @@ func (c Config) maxPods() int {
 	for _, n := range c.UnpeerSizes {
 		m = max(m, n)
 	}
-	return max(m, c.FootprintPods, c.FailurePods)
+	return max(m, c.FootprintPods, c.FailurePods, c.streamAlive(), c.FreshPods)
+}
+
+// streamAlive is about the most pods the stream keeps at once: every pod
+// lives from its creation to streamLinger after it started, plus its
+// deletion; 15 s of the stream leaves room for slow starts.
+func (c Config) streamAlive() int {
+	if c.StreamRate <= 0 {
+		return 0
+	}
+	return int(math.Ceil(c.StreamRate * 15))
 }
 
 func parseSizes(s string) ([]int, error) {

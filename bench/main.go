@@ -21,6 +21,12 @@
 //     provider, interleaved, timed until every pod is Ready, each trial in
 //     two placements: shared (every process on every CPU) and pinned (the
 //     consumer's processes on one CPU, the provider's on another);
+//   - stream: SIG Scalability's pod startup SLO under a steady stream of
+//     pods (20/s), offloaded then directly on the provider: create call to
+//     the pod seen Running through a watch, p50/p90/p99;
+//   - fresh: a Deployment of 20 pods created 1 s after its namespace's
+//     offload was requested, against the same in a fresh namespace of the
+//     provider: time to the first and to every pod Ready;
 //   - footprint: an idle window with many offloaded pods: agent RSS and CPU
 //     from /proc, API writes from rest_client_requests_total and, attributed
 //     by object, from watches on both API servers;
@@ -215,6 +221,14 @@ func measure(ctx context.Context, l *logger, dir string, o options, cfg Config, 
 		var err error
 		footprintDone, err = runBursts(ctx, e, cfg, r)
 		fail(phaseBurst, err)
+		others()
+	}
+	if cfg.runs(phaseStream) && cfg.StreamRate > 0 && cfg.StreamDuration > 0 && ctx.Err() == nil {
+		fail(phaseStream, runStreams(ctx, e, cfg, r))
+		others()
+	}
+	if cfg.runs(phaseFresh) && cfg.FreshTrials > 0 && cfg.FreshPods > 0 && ctx.Err() == nil {
+		fail(phaseFresh, runFresh(ctx, e, cfg, r))
 		others()
 	}
 	if cfg.runs(phaseFootprint) && !footprintDone && ctx.Err() == nil {

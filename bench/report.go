@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -98,6 +99,8 @@ func markdown(r *Results, outDir string) string {
 		p("## Notes\n\n%s\n\n", strings.TrimSpace(r.Notes))
 	}
 	renderBursts(&b, r)
+	renderStreams(&b, r)
+	renderFresh(&b, r)
 	renderFailures(&b, r)
 	renderUnpeers(&b, r)
 	renderWindows(&b, r)
@@ -388,6 +391,141 @@ func renderBurstWrites(b *strings.Builder, r *Results) {
 			float64(other)/float64(a.pods), orDash(strings.Join(cpu, ", ")))
 	}
 	p("\n")
+}
+
+func renderStreams(b *strings.Builder, r *Results) {
+	if len(r.Streams) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("## Pod startup under a steady stream\n\n")
+	p("SIG Scalability's pod startup SLO (stateless pods, image present: kwok runs no containers): bare pods with the burst's pod template are created "+
+		"at a steady rate, each create call in a goroutine of its own at its slot (start + i/rate, fixed in advance, so a slow call holds back no other), "+
+		"first directly in `%s` of the provider, then in `%s` of the consumer (offloaded through the virtual node `annex-%s`). Startup latency is from the "+
+		"create call to the watch event showing the pod Running with every container running: offloaded, the consumer's pod as the virtual node reports it; "+
+		"direct, the provider's pod. The same from the pod's creationTimestamp (whole seconds, so up to 1 s longer) is given for comparison with other "+
+		"measurements of the SLO. Each pod is deleted %s after it was seen started; pods not started %s after the last create count as not started. "+
+		"Shared placement only (every process on every CPU). Seconds; percentiles nearest-rank over the pods.\n\n",
+		directNS, offloadNS, providerName, streamLinger, streamWait)
+	p("| mode | pods created | asked /s | achieved /s | late creates | started | not started | p50 | p90 | p99 | max | p50 from creationTimestamp | p99 from creationTimestamp | most pods at once |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, s := range r.Streams {
+		p("| %s |\n", strings.Join(streamRow(s), " | "))
+	}
+	p("\n")
+	for _, s := range r.Streams {
+		if s.Error != "" {
+			p("The %s stream reported: %s\n\n", s.Mode, cell(s.Error))
+		}
+	}
+	var rows []stageRow
+	for _, s := range r.Streams {
+		rows = append(rows, stageRow{s.Mode, s.Stages})
+	}
+	renderStageTable(b, "Where a stream's pod spends its time (p50, p99 and max over the pods, from the stage timestamps of the API servers' audit logs; "+
+		"created = the create call's record, then as in *Where a pod's time goes*, the first write of each kind; running = kwok's status write (direct) "+
+		"or the consumer's agent's (offloaded)):", rows)
+}
+
+// streamRow is the cells of one row of the stream table.
+func streamRow(s StreamRun) []string {
+	lat := func(v float64) string {
+		if s.Started == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", v)
+	}
+	return []string{s.Mode, fmt.Sprint(s.Created), fmt.Sprintf("%.0f", s.Rate), fmt.Sprintf("%.2f", s.AchievedRate), fmt.Sprint(s.LateCreates),
+		fmt.Sprint(s.Started), fmt.Sprint(s.NotStarted), lat(s.Startup.P50), lat(s.Startup.P90), lat(s.Startup.P99), lat(s.Startup.Max),
+		lat(s.StartupFromCreation.P50), lat(s.StartupFromCreation.P99), fmt.Sprint(s.MaxAlive)}
+}
+
+type stageRow struct {
+	label  string
+	stages []StageDelay
+}
+
+// renderStageTable renders stage delays under an introduction.
+func renderStageTable(b *strings.Builder, intro string, rows []stageRow) {
+	n := 0
+	for _, r := range rows {
+		n += len(r.stages)
+	}
+	if n == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("%s\n\n| mode | stage | pods | p50 s | p99 s | max s |\n| --- | --- | ---: | ---: | ---: | ---: |\n", intro)
+	for _, r := range rows {
+		for _, d := range r.stages {
+			p("| %s | %s → %s | %d | %.2f | %.2f | %.2f |\n", r.label, d.From, d.To, d.Pods, d.P50, d.P99, d.Max)
+		}
+	}
+	p("\n")
+}
+
+func renderFresh(b *strings.Builder, r *Results) {
+	stats := summarizeFresh(r.Fresh)
+	if len(stats) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("## Burst into a fresh namespace\n\n")
+	p("**Offloaded**: a new namespace is created on the consumer and its offload requested (a NamespaceOffloading, strategy Remote, as `annexctl offload "+
+		"namespace` writes it, without waiting); %s after that request a Deployment of %d pods (the burst's) is created in it and timed from its create call "+
+		"to its first and its last pod seen Ready on the virtual node through a watch of the consumer. **Direct**: a new namespace on the provider, the same "+
+		"Deployment %s after its creation. Trials: %d per mode, interleaved; a trial whose pods are not all Ready within %s fails (where its pods were is "+
+		"listed below). The offload's progress is polled every %s from the request: the namespace labelled for the admission policy, its remote namespace "+
+		"on the provider, the namespace annotated with the provider (only pods admitted from then on may go to the virtual node). After each trial the "+
+		"Deployment is deleted, the namespace unoffloaded and deleted, and the benchmark waits until it is gone on both clusters. Seconds, p50 over the "+
+		"trials that did not fail.\n\n", freshDelay, r.Config.FreshPods, freshDelay, r.Config.FreshTrials, freshTimeout, freshPoll)
+	p("| mode | trials | first Ready p50 | all Ready p50 | all Ready max | labelled p50 | remote namespace p50 | annotated p50 |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, s := range stats {
+		p("| %s |\n", strings.Join(freshRow(s), " | "))
+	}
+	p("\n")
+	for _, t := range r.Fresh {
+		if t.Error != "" {
+			p("- Trial %d %s failed: %s", t.Trial, t.Mode, cell(t.Error))
+			if len(t.PodStates) > 0 {
+				p(" Pods: %s.", cell(podStatesLine(t.PodStates)))
+			}
+			p("\n")
+		}
+	}
+	if slices.ContainsFunc(r.Fresh, func(t FreshTrial) bool { return t.Error != "" }) {
+		p("\n")
+	}
+	last := map[string]FreshTrial{}
+	for _, t := range r.Fresh {
+		if len(t.Stages) > 0 {
+			last[t.Mode] = t
+		}
+	}
+	var rows []stageRow
+	for _, m := range []string{modeOffloaded, modeDirect} {
+		if t, ok := last[m]; ok {
+			rows = append(rows, stageRow{fmt.Sprintf("%s (trial %d)", m, t.Trial), t.Stages})
+		}
+	}
+	renderStageTable(b, "Where the pods' time went in the last trial of each mode (as in *Where a pod's time goes*; start = the Deployment's creation):", rows)
+}
+
+// freshRow is the cells of one row of the fresh table.
+func freshRow(s freshStats) []string {
+	f := func(x Summary, v float64) string {
+		if x.N == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", v)
+	}
+	trials := fmt.Sprint(s.Trials)
+	if s.Failed > 0 {
+		trials += fmt.Sprintf(" (%d failed)", s.Failed)
+	}
+	return []string{s.Mode, trials, f(s.FirstReady, s.FirstReady.P50), f(s.AllReady, s.AllReady.P50), f(s.AllReady, s.AllReady.Max),
+		f(s.Labelled, s.Labelled.P50), f(s.RemoteNamespace, s.RemoteNamespace.P50), f(s.OffloadReady, s.OffloadReady.P50)}
 }
 
 func renderFailures(b *strings.Builder, r *Results) {

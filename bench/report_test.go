@@ -62,6 +62,24 @@ func sampleResults() *Results {
 		}},
 	}
 	r.Windows[1].Agents[0].LivenessWrites = 15 // the leader-election Lease (measureWindow counts them)
+	r.Streams = []StreamRun{
+		{Mode: modeDirect, Rate: 20, DurationSeconds: 60, Created: 1200, AchievedRate: 19.99, Started: 1200, MaxAlive: 80,
+			Startup: Latency{N: 1200, P50: 0.2, P90: 0.8, P99: 1.5, Max: 1.7}, StartupFromCreation: Latency{N: 1200, P50: 0.7, P90: 1.2, P99: 2, Max: 2.1},
+			Stages: []StageDelay{{From: "created", To: "bound", Pods: 1200, P50: 0.03, P99: 0.3, Max: 0.4}}},
+		{Mode: modeOffloaded, Rate: 20, DurationSeconds: 60, Created: 1200, AchievedRate: 19.98, LateCreates: 2, Started: 1197, NotStarted: 3, MaxAlive: 240,
+			Startup: Latency{N: 1197, P50: 1.1, P90: 3.2, P99: 6.4, Max: 9}, StartupFromCreation: Latency{N: 1197, P50: 1.6, P90: 3.7, P99: 7, Max: 9.5},
+			Stages: []StageDelay{{From: "created", To: "bound", Pods: 1200, P50: 0.04, P99: 0.5, Max: 0.6}, {From: "bound", To: "shadowpod", Pods: 1199, P50: 0.5, P99: 4, Max: 6}},
+			Error:  "3 of 1200 pods not started"},
+	}
+	none := map[string]int{"Pending: node affinity to remote cluster none-ready (admitted while the namespace's remote namespace was not Ready)": 20}
+	for i, s := range []float64{2, 3, 4} {
+		r.Fresh = append(r.Fresh,
+			FreshTrial{Mode: modeDirect, Trial: i + 1, N: 20, DelaySeconds: 1, FirstReadySeconds: 0.5, AllReadySeconds: s / 2},
+			FreshTrial{Mode: modeOffloaded, Trial: i + 1, N: 20, DelaySeconds: 1, FirstReadySeconds: 1, AllReadySeconds: s + 1,
+				LabelledSeconds: 0.1, RemoteNamespaceSeconds: 0.5, OffloadReadySeconds: 1.5,
+				Stages: []StageDelay{{From: "start", To: "bound", Pods: 20, P50: 0.2, P99: 0.4, Max: 0.4}}})
+	}
+	r.Fresh[5].Error, r.Fresh[5].PodStates, r.Fresh[5].Stages = "20 pods Ready: not reached after 1m0s", none, nil
 	r.Tunnel = &TunnelResult{BulkSeconds: 5, RoundTrips: 1000, MessageBytes: 64, Paths: []TunnelPath{
 		{Name: pathTunnel, Bytes: 500e6, Seconds: 5, MBPerSecond: 100, RTTMicroseconds: Summary{N: 1000, P50: 200, P99: 400, Max: 900}},
 		{Name: pathVeth, Bytes: 10e9, Seconds: 5, MBPerSecond: 2000, RTTMicroseconds: Summary{N: 1000, P50: 20, P99: 50, Max: 100}},
@@ -83,6 +101,9 @@ func TestEvaluate(t *testing.T) {
 		keyUnpeer:      "N=10 3.0 s, N=100 6.0 s => yes",
 		keyRSS:         "200 MiB => **no**",
 		keyWrites:      "consumer 0.10/s, provider 0.00/s; liveness writes besides: consumer 0.50/s, provider 0.00/s => **no**",
+		keyStartupSLO: "6.40 s (p50 1.10 s, p90 3.20 s; 1200 pods at 20.0/s); direct 1.50 s (p50 0.20 s); " +
+			"3 pods not started within 1m0s of the last create, 0 create calls failed => **no**",
+		keyFresh: "+1.50 s (3.00 s vs 1.50 s; first Ready 1.00 s vs 0.50 s); 1 of 3 offloaded trials failed (pods not all Ready within 1m0s) => **no**",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("targets (-want +got):\n%s", diff)
@@ -121,6 +142,16 @@ func TestMarkdown(t *testing.T) {
 		"No other cluster ran",
 		"| Annex tunnel (annex-gateway, WireGuard) | 100.0 | 200 | 400 | 900 |",
 		"| **tunnel / veth** | **0.05** | **10.0** | 8.0 | |",
+		"## Pod startup under a steady stream",
+		"| offloaded | 1200 | 20 | 19.98 | 2 | 1197 | 3 | 1.10 | 3.20 | 6.40 | 9.00 | 1.60 | 7.00 | 240 |",
+		"| offloaded | bound → shadowpod | 1199 | 0.50 | 4.00 | 6.00 |",
+		"Where an offloaded pod's time went (p50 / p99 over the pods, from the API servers' audit logs): created→bound 0.04/0.50 s, bound→shadowpod 0.50/4.00 s.",
+		"## Burst into a fresh namespace",
+		"| offloaded | 3 (1 failed) | 1.00 | 3.00 | 4.00 | 0.10 | 0.50 | 1.50 |",
+		"| direct | 3 | 0.50 | 1.50 | 2.00 | – | – | – |",
+		"- Trial 3 offloaded failed: 20 pods Ready: not reached after 1m0s Pods: 20× Pending: node affinity to remote cluster none-ready",
+		"| offloaded (trial 2) | start → bound | 20 | 0.20 | 0.40 | 0.40 |",
+		"the namespace was annotated with beta (pods admitted from then on may go to the virtual node) after 1.50 s",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)
@@ -307,7 +338,7 @@ func TestRender(t *testing.T) {
 	}
 	back := &Results{}
 	data, _ = os.ReadFile(path)
-	if err := json.Unmarshal(data, back); err != nil || len(back.Targets) != 8 || len(back.Bursts) != len(r.Bursts) {
+	if err := json.Unmarshal(data, back); err != nil || len(back.Targets) != 10 || len(back.Bursts) != len(r.Bursts) {
 		t.Errorf("rewritten JSON: %v, %d targets", err, len(back.Targets))
 	}
 }

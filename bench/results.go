@@ -18,6 +18,8 @@ type Results struct {
 	Config      Config         `json:"config"`
 	Targets     []TargetResult `json:"targets"`
 	Bursts      []BurstTrial   `json:"bursts,omitempty"`
+	Streams     []StreamRun    `json:"streams,omitempty"`
+	Fresh       []FreshTrial   `json:"fresh,omitempty"`
 	Failures    []FailureTrial `json:"failures,omitempty"`
 	Unpeers     []UnpeerTrial  `json:"unpeers,omitempty"`
 	Windows     []IdleWindow   `json:"windows,omitempty"`

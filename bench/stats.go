@@ -36,3 +36,22 @@ func percentile(sorted []float64, p float64) float64 {
 	rank = min(max(rank, 1), len(sorted))
 	return sorted[rank-1]
 }
+
+// Latency summarizes per-pod latencies (seconds) with the percentiles an
+// SLO is stated in: nearest-rank, like summarize.
+type Latency struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+func latency(xs []float64) Latency {
+	if len(xs) == 0 {
+		return Latency{}
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return Latency{N: len(s), P50: percentile(s, 50), P90: percentile(s, 90), P99: percentile(s, 99), Max: s[len(s)-1]}
+}

@@ -18,6 +18,8 @@ const (
 	targetUnpeer      = 15.0      // seconds
 	targetRSS         = 150 << 20 // bytes, consumer agent at footprint pods
 	targetWritesRate  = 0.0       // writes per second at steady state
+	targetStartupP99  = 5.0       // seconds, p99 pod startup latency of the offloaded stream
+	targetFresh       = 2.0       // seconds the offloaded fresh-namespace burst may take beyond the direct one
 )
 
 // Target keys; profiles name the key they explain.
@@ -30,6 +32,8 @@ const (
 	keyUnpeer      = "unpeer"
 	keyRSS         = "consumer-rss"
 	keyWrites      = "writes"
+	keyStartupSLO  = "pod-startup-slo"
+	keyFresh       = "fresh-burst"
 )
 
 func ptrTo(b bool) *bool { return &b }
@@ -70,7 +74,7 @@ func evaluate(r *Results) []TargetResult {
 		pinned.Result = "not run: " + r.Environment.PinnedSkipped
 	}
 	out = append(out, pinned)
-	out = append(out, firstReady(bursts))
+	out = append(out, firstReady(bursts), startupSLO(r), freshBurst(r))
 
 	// Failure reaction.
 	fs := summarizeFailures(r.Failures)
@@ -347,4 +351,123 @@ func missed(targets []TargetResult, key string) bool {
 		}
 	}
 	return false
+}
+
+// startupSLO judges the offloaded stream's pod startup latency against
+// SIG Scalability's SLO (p99 ≤ 5 s).
+func startupSLO(r *Results) TargetResult {
+	cfg := r.Config
+	t := TargetResult{Key: keyStartupSLO,
+		What: fmt.Sprintf("Pod startup SLO under a steady stream of %.0f pods/s for %s: offloaded pods' startup latency", cfg.StreamRate, cfg.StreamDuration),
+		How: "p99 (nearest rank) over the stream's pods, from the create call to the pod seen Running with every container running through a watch " +
+			"of the consumer's pods (the virtual node's status); stateless pods, image present (kwok); the same stream directly on the provider for comparison " +
+			"(see Pod startup under a steady stream)",
+		Target: fmt.Sprintf("≤ %.0f s p99", targetStartupP99)}
+	off, dir := streamPair(r.Streams)
+	if off == nil || off.Created == 0 {
+		return t
+	}
+	t.Result = fmt.Sprintf("%.2f s (p50 %.2f s, p90 %.2f s; %d pods at %.1f/s)", off.Startup.P99, off.Startup.P50, off.Startup.P90, off.Created, off.AchievedRate)
+	if dir != nil && dir.Started > 0 {
+		t.Result += fmt.Sprintf("; direct %.2f s (p50 %.2f s)", dir.Startup.P99, dir.Startup.P50)
+	}
+	if off.NotStarted > 0 || off.CreateErrors > 0 {
+		t.Result += fmt.Sprintf("; %d pods not started within %s of the last create, %d create calls failed", off.NotStarted, streamWait, off.CreateErrors)
+	}
+	t.Met = ptrTo(off.Started > 0 && off.Startup.P99 <= targetStartupP99 && off.NotStarted == 0 && off.CreateErrors == 0)
+	if !*t.Met {
+		t.Why = streamWhy(off, dir)
+	}
+	return t
+}
+
+// streamWhy explains a missed startup SLO by the stages of the pods' way
+// and the stream's own pace.
+func streamWhy(off, dir *StreamRun) string {
+	var parts []string
+	if len(off.Stages) > 0 {
+		parts = append(parts, "Where an offloaded pod's time went (p50 / p99 over the pods, from the API servers' audit logs): "+stagesShort(off.Stages)+".")
+	}
+	if dir != nil && len(dir.Stages) > 0 {
+		parts = append(parts, "Direct: "+stagesShort(dir.Stages)+".")
+	}
+	parts = append(parts, fmt.Sprintf("The stream sent its create calls at %.1f pods/s (%.0f asked; %d calls more than %s late) and had at most %d pods at once.",
+		off.AchievedRate, off.Rate, off.LateCreates, streamLate, off.MaxAlive))
+	return strings.Join(parts, " ")
+}
+
+// stagesShort is "created→bound 0.01/0.05 s, …".
+func stagesShort(delays []StageDelay) string {
+	parts := make([]string, len(delays))
+	for i, d := range delays {
+		parts[i] = fmt.Sprintf("%s→%s %.2f/%.2f s", d.From, d.To, d.P50, d.P99)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// freshBurst compares the burst into a freshly offloaded namespace with
+// the one into a fresh namespace of the provider.
+func freshBurst(r *Results) TargetResult {
+	t := TargetResult{Key: keyFresh,
+		What: fmt.Sprintf("Burst into a freshly offloaded namespace: a Deployment of %d pods created %s after the offload request, time to all Ready", r.Config.FreshPods, freshDelay),
+		How: fmt.Sprintf("p50 over the trials of each mode, from the Deployment's create call; direct: the same Deployment %s after a fresh namespace's creation on the provider; "+
+			"a trial whose pods are not all Ready within %s fails, and a failed offloaded trial misses the target (see Burst into a fresh namespace)", freshDelay, freshTimeout),
+		Target: fmt.Sprintf("≤ direct + %.0f s (p50)", targetFresh)}
+	var off, dir *freshStats
+	stats := summarizeFresh(r.Fresh)
+	for i := range stats {
+		switch stats[i].Mode {
+		case modeOffloaded:
+			off = &stats[i]
+		case modeDirect:
+			dir = &stats[i]
+		}
+	}
+	if off == nil || dir == nil {
+		return t
+	}
+	var parts []string
+	met := off.Failed == 0
+	if off.AllReady.N > 0 && dir.AllReady.N > 0 {
+		d := off.AllReady.P50 - dir.AllReady.P50
+		parts = append(parts, fmt.Sprintf("%+.2f s (%.2f s vs %.2f s; first Ready %.2f s vs %.2f s)", d, off.AllReady.P50, dir.AllReady.P50, off.FirstReady.P50, dir.FirstReady.P50))
+		met = met && d <= targetFresh
+	}
+	if off.Failed > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d offloaded trials failed (pods not all Ready within %s)", off.Failed, off.Trials, freshTimeout))
+	}
+	if dir.Failed > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d direct trials failed", dir.Failed, dir.Trials))
+	}
+	if len(parts) == 0 || off.Failed == 0 && (off.AllReady.N == 0 || dir.AllReady.N == 0) {
+		t.Result = strings.Join(parts, "; ")
+		return t // nothing to compare
+	}
+	t.Result, t.Met = strings.Join(parts, "; "), ptrTo(met)
+	if !met {
+		t.Why = freshWhy(off, r.Fresh)
+	}
+	return t
+}
+
+// freshWhy explains a missed fresh-burst target by the offload's progress,
+// where the pods of failed trials were and the stages of the last
+// offloaded trial.
+func freshWhy(off *freshStats, trials []FreshTrial) string {
+	var parts []string
+	if off.OffloadReady.N > 0 || off.Labelled.N > 0 {
+		parts = append(parts, fmt.Sprintf("After the offload request (p50 over the offloaded trials): the namespace was labelled for the admission policy after %.2f s, "+
+			"its remote namespace existed on %s after %.2f s and the namespace was annotated with %s (pods admitted from then on may go to the virtual node) after %.2f s; "+
+			"the Deployment was created after %s.", off.Labelled.P50, providerName, off.RemoteNamespace.P50, providerName, off.OffloadReady.P50, freshDelay))
+	}
+	if len(off.FailedStates) > 0 {
+		parts = append(parts, "Pods of the failed trials when the wait ended: "+podStatesLine(off.FailedStates)+".")
+	}
+	for i := len(trials) - 1; i >= 0; i-- {
+		if t := trials[i]; t.Mode == modeOffloaded && len(t.Stages) > 0 {
+			parts = append(parts, fmt.Sprintf("Stages of trial %d's pods (p50/p99, audit logs): %s.", t.Trial, stagesShort(t.Stages)))
+			break
+		}
+	}
+	return strings.Join(parts, " ")
 }

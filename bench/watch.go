@@ -83,12 +83,22 @@ type podWatch struct {
 	mu    sync.Mutex
 	ready map[types.UID]time.Time
 	seen  map[types.UID]bool
+	// node, when set, is the only node whose pods count as Ready;
+	// elsewhere are the pods bound to another one, by node.
+	node      string
+	elsewhere map[types.UID]string
 }
 
 // watchPods starts a podWatch over the pods of ns matching selector; it
 // stops with ctx.
 func watchPods(ctx context.Context, k *kube, ns, selector string) (*podWatch, error) {
-	w := &podWatch{ready: map[types.UID]time.Time{}, seen: map[types.UID]bool{}}
+	return watchPodsOn(ctx, k, ns, selector, "")
+}
+
+// watchPodsOn is watchPods counting only the pods on node as Ready (any
+// node when empty).
+func watchPodsOn(ctx context.Context, k *kube, ns, selector, node string) (*podWatch, error) {
+	w := &podWatch{ready: map[types.UID]time.Time{}, seen: map[types.UID]bool{}, node: node, elsewhere: map[types.UID]string{}}
 	observe := func(obj any) {
 		p, ok := obj.(*corev1.Pod)
 		if !ok {
@@ -97,7 +107,9 @@ func watchPods(ctx context.Context, k *kube, ns, selector string) (*podWatch, er
 		now := time.Now()
 		w.mu.Lock()
 		w.seen[p.UID] = true
-		if _, done := w.ready[p.UID]; !done && p.DeletionTimestamp == nil && podReady(p) {
+		if w.node != "" && p.Spec.NodeName != "" && p.Spec.NodeName != w.node {
+			w.elsewhere[p.UID] = p.Spec.NodeName
+		} else if _, done := w.ready[p.UID]; !done && p.DeletionTimestamp == nil && podReady(p) {
 			w.ready[p.UID] = now
 		}
 		w.mu.Unlock()
@@ -117,7 +129,11 @@ func (w *podWatch) waitReady(ctx context.Context, n int, timeout time.Duration) 
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if len(w.ready) < n {
-			return false, fmt.Sprintf("%d pods seen, %d Ready", len(w.seen), len(w.ready))
+			state := fmt.Sprintf("%d pods seen, %d Ready", len(w.seen), len(w.ready))
+			if len(w.elsewhere) > 0 {
+				state += fmt.Sprintf(", %d bound to a node other than %s", len(w.elsewhere), w.node)
+			}
+			return false, state
 		}
 		for _, t := range w.ready {
 			if first.IsZero() || t.Before(first) {

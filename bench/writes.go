@@ -246,7 +246,8 @@ type stageEvent struct {
 // stageDelays reads the audit logs from the cursors and returns the delays
 // between consecutive stages of rules for the pods of namespaces; a write
 // whose audit record names no object (a create of a generated name may
-// not) is left out.
+// not) is left out. start is every pod's first stage; when it is zero, the
+// first rule is matched like the others (pods created one by one).
 func stageDelays(cursors []auditCursor, start time.Time, rules []stageRule, namespaces []string) ([]StageDelay, error) {
 	at := map[string][]time.Time{} // pod name -> time per rule
 	for _, c := range cursors {
@@ -277,7 +278,7 @@ func stageDelays(cursors []auditCursor, start time.Time, rules []stageRule, name
 				ts := at[ev.ObjectRef.Name]
 				if ts == nil {
 					ts = make([]time.Time, len(rules))
-					ts[0] = start
+					ts[0] = start // zero when the first rule is a write of each pod's own
 					at[ev.ObjectRef.Name] = ts
 				}
 				if ts[i].IsZero() || (r.last && ev.StageTimestamp.After(ts[i])) {
