@@ -81,6 +81,12 @@ const (
 	// while its remote copy has no up-to-date status yet or is being deleted.
 	DefaultPendingRequeue = 2 * time.Second
 
+	// firstLook is how soon a remote copy just created or changed is read
+	// again for the peer's answer (a provider answers a new RemoteNamespace
+	// within a fraction of a second); the wait grows towards PendingRequeue
+	// as the copy gets older (pendingWait).
+	firstLook = 200 * time.Millisecond
+
 	// DefaultResyncPeriod is how often the remote status of a replicated
 	// object is read again at steady state.
 	DefaultResyncPeriod = 30 * time.Second
@@ -242,7 +248,7 @@ func (r *Reconciler) replicate(ctx context.Context, rc client.Client, obj *unstr
 			return ctrl.Result{}, fmt.Errorf("create remote copy %s: %w", client.ObjectKeyFromObject(desired), err)
 		}
 		log.Info("Created remote copy", "remoteNamespace", desired.GetNamespace())
-		return ctrl.Result{RequeueAfter: r.opts.PendingRequeue}, nil
+		return ctrl.Result{RequeueAfter: min(firstLook, r.opts.PendingRequeue)}, nil
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("get remote copy %s: %w", client.ObjectKeyFromObject(desired), err)
 	}
@@ -288,10 +294,22 @@ func (r *Reconciler) replicate(ctx context.Context, rc client.Client, obj *unstr
 		}
 		log.V(1).Info("Copied remote status")
 	}
-	if updated || !current {
-		return ctrl.Result{RequeueAfter: r.opts.PendingRequeue}, nil
+	if updated {
+		return ctrl.Result{RequeueAfter: min(firstLook, r.opts.PendingRequeue)}, nil
+	}
+	if !current {
+		return ctrl.Result{RequeueAfter: pendingWait(time.Since(remote.GetCreationTimestamp().Time), r.opts.PendingRequeue)}, nil
 	}
 	return ctrl.Result{RequeueAfter: r.opts.ResyncPeriod}, nil
+}
+
+// pendingWait is how soon to read a remote copy of the given age again
+// while the peer has not answered its current spec: a quarter of its age,
+// between firstLook and most. A peer answers a new copy quickly, so the
+// first reads come fast; one that takes long is not asked more often than
+// every most.
+func pendingWait(age, most time.Duration) time.Duration {
+	return min(most, max(firstLook, age/4))
 }
 
 // deleteRemote deletes the copy of obj on peer. done is true once the copy

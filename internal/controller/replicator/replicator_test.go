@@ -248,7 +248,7 @@ func TestReconcile(t *testing.T) {
 			name:   "create remote copy",
 			fc:     fc(false),
 			local:  localSlice("4", false, corev1alpha1.ResourceSliceStatus{}),
-			want:   ctrl.Result{RequeueAfter: pending},
+			want:   ctrl.Result{RequeueAfter: firstLook},
 			remote: nil,
 			wantLocal: &view{
 				Namespace: localNS, Name: sliceNm,
@@ -299,7 +299,7 @@ func TestReconcile(t *testing.T) {
 			fc:         fc(false),
 			local:      localSlice("8", true, accepted("4")),
 			remote:     []client.Object{remoteSlice("4", accepted("4"))},
-			want:       ctrl.Result{RequeueAfter: pending},
+			want:       ctrl.Result{RequeueAfter: firstLook},
 			wantLocal:  viewOf(localSlice("8", true, accepted("4"))),
 			wantRemote: viewOf(remoteSlice("8", accepted("4"))),
 			wantWrites: 1,
@@ -498,7 +498,7 @@ func TestLifecycle(t *testing.T) {
 		}
 	}
 
-	reconcileOnce(ctrl.Result{RequeueAfter: time.Second})
+	reconcileOnce(ctrl.Result{RequeueAfter: firstLook})
 	if rs := get(t, remoteC, remoteNS); rs == nil || !rs.Spec.Resources.Cpu().Equal(q("4")) {
 		t.Fatalf("remote copy = %+v, want cpu 4", rs)
 	}
@@ -520,7 +520,7 @@ func TestLifecycle(t *testing.T) {
 	if err := localC.Update(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	reconcileOnce(ctrl.Result{RequeueAfter: time.Second})
+	reconcileOnce(ctrl.Result{RequeueAfter: firstLook})
 	if got := get(t, remoteC, remoteNS).Spec.Resources.Cpu(); !got.Equal(q("8")) {
 		t.Fatalf("remote cpu = %s, want 8", got)
 	}
@@ -662,5 +662,19 @@ func TestRefused(t *testing.T) {
 				t.Error("no event")
 			}
 		})
+	}
+}
+
+func TestPendingWait(t *testing.T) {
+	for _, tc := range []struct{ age, want time.Duration }{
+		{0, firstLook},
+		{500 * time.Millisecond, firstLook},
+		{2 * time.Second, 500 * time.Millisecond},
+		{8 * time.Second, 2 * time.Second},
+		{time.Hour, 2 * time.Second},
+	} {
+		if got := pendingWait(tc.age, 2*time.Second); got != tc.want {
+			t.Errorf("pendingWait(%v) = %v, want %v", tc.age, got, tc.want)
+		}
 	}
 }
