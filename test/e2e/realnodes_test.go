@@ -408,11 +408,11 @@ func TestRealNodes(t *testing.T) {
 // provider cluster with one real node and no kwok node; Stop at cleanup.
 func startRealProvider(t *testing.T) (*localcluster.Cluster, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
 	built := time.Now()
 	imgDir := buildImages(t)
 	t.Logf("images built in %s", time.Since(built).Round(100*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
 	start := time.Now()
 	c, err := localcluster.Start(ctx, localcluster.Options{
 		Name: realProvider, Dir: filepath.Join(env.dir, realProvider),

@@ -318,7 +318,10 @@ func describeHPAMetrics(hpa *autoscalingv2.HorizontalPodAutoscaler) string {
 // directory (unchanged ones are kept) and returns that directory.
 func buildImages(t *testing.T) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	// From a cold build cache the agent's image compiles it and every
+	// dependency again (static, CGO_ENABLED=0): over 4 minutes on 2 busy
+	// CPUs, once; later builds take seconds.
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	dir := filepath.Join(env.dir, "images")
 	for name, build := range map[string]func(context.Context, string) (ociimage.Image, error){
