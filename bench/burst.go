@@ -615,17 +615,7 @@ func perCPULine(busy []float64) string {
 func processCPULine(cpu map[string]float64) string {
 	byCluster := map[string][]string{}
 	totals := map[string]float64{}
-	names := make([]string, 0, len(cpu))
-	for k := range cpu {
-		names = append(names, k)
-	}
-	sort.Slice(names, func(i, j int) bool {
-		if cpu[names[i]] != cpu[names[j]] {
-			return cpu[names[i]] > cpu[names[j]]
-		}
-		return names[i] < names[j]
-	})
-	for _, k := range names {
+	for _, k := range byValue(cpu) {
 		cluster, proc, _ := strings.Cut(k, "/")
 		byCluster[cluster] = append(byCluster[cluster], fmt.Sprintf("%s %.2f", proc, cpu[k]))
 		totals[cluster] += cpu[k]

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -314,16 +313,7 @@ func affinityValue(p *corev1.Pod, value string) bool {
 
 // podStatesLine is "12× Ready on annex-beta, 8× Pending: …", most first.
 func podStatesLine(states map[string]int) string {
-	keys := make([]string, 0, len(states))
-	for k := range states {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if states[keys[i]] != states[keys[j]] {
-			return states[keys[i]] > states[keys[j]]
-		}
-		return keys[i] < keys[j]
-	})
+	keys := byValue(states)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = fmt.Sprintf("%d× %s", states[k], k)

@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"slices"
+	"sort"
 )
 
 // Summary summarizes the samples of one measurement, in seconds (or the
@@ -54,4 +55,33 @@ func latency(xs []float64) Latency {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return Latency{N: len(s), P50: percentile(s, 50), P90: percentile(s, 90), P99: percentile(s, 99), Max: s[len(s)-1]}
+}
+
+// byValue returns m's keys, largest value first (ties by key).
+func byValue[V int | float64](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	return keys
+}
+
+// pairOf returns the offloaded and the direct element of xs (the last of
+// each mode), nil where there is none.
+func pairOf[T any](xs []T, mode func(*T) string) (off, dir *T) {
+	for i := range xs {
+		switch mode(&xs[i]) {
+		case modeOffloaded:
+			off = &xs[i]
+		case modeDirect:
+			dir = &xs[i]
+		}
+	}
+	return off, dir
 }

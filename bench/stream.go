@@ -351,13 +351,5 @@ func streamOnce(ctx context.Context, e *env, s *StreamRun, d time.Duration) erro
 
 // streamPair returns the stream's runs by mode (the last of each).
 func streamPair(runs []StreamRun) (off, dir *StreamRun) {
-	for i := range runs {
-		switch runs[i].Mode {
-		case modeOffloaded:
-			off = &runs[i]
-		case modeDirect:
-			dir = &runs[i]
-		}
-	}
-	return off, dir
+	return pairOf(runs, func(r *StreamRun) string { return r.Mode })
 }

@@ -413,16 +413,7 @@ func freshBurst(r *Results) TargetResult {
 		How: fmt.Sprintf("p50 over the trials of each mode, from the Deployment's create call; direct: the same Deployment %s after a fresh namespace's creation on the provider; "+
 			"a trial whose pods are not all Ready within %s fails, and a failed offloaded trial misses the target (see Burst into a fresh namespace)", freshDelay, freshTimeout),
 		Target: fmt.Sprintf("≤ direct + %.0f s (p50)", targetFresh)}
-	var off, dir *freshStats
-	stats := summarizeFresh(r.Fresh)
-	for i := range stats {
-		switch stats[i].Mode {
-		case modeOffloaded:
-			off = &stats[i]
-		case modeDirect:
-			dir = &stats[i]
-		}
-	}
+	off, dir := pairOf(summarizeFresh(r.Fresh), func(s *freshStats) string { return s.Mode })
 	if off == nil || dir == nil {
 		return t
 	}
