@@ -395,9 +395,13 @@ func (d *Dataplane) removeLink(name string, l Link) {
 //   - chain "dnat": transit addresses to the pods' addresses in their
 //     cluster's view, then each link's netmap from this cluster's view of
 //     the peer to the peer's own.
-//   - chain "snat": relayed packets (in from one link, out through another)
-//     take the link's masquerade address; then each link's netmap from this
-//     cluster's own ranges to the peer's view of them.
+//   - chain "snat" (postrouting, priority 99: before iptables' and the
+//     CNIs' srcnat at 100): relayed packets (in from one link, out through
+//     another) take the link's masquerade address; then each link's netmap
+//     from this cluster's own ranges to the peer's view of them; then
+//     every other packet into a link is bound to its own source address,
+//     which exempts it from the CNI's or kube-proxy's masquerading (the
+//     kernel runs NAT chains in priority order until one binds).
 func programNAT(c Config) error {
 	n, err := nftables.New()
 	if err != nil {
@@ -416,8 +420,11 @@ func programNAT(c Config) error {
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle})
 	dnat := n.AddChain(&nftables.Chain{Name: "dnat", Table: tbl, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
+	// Before the srcnat priority (100) of iptables' nat table and of CNIs:
+	// the first NAT chain that binds a connection is the last one that
+	// runs, so a packet into a link is never masqueraded by anyone else.
 	snat := n.AddChain(&nftables.Chain{Name: "snat", Table: tbl, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource - 1)})
 	markDNAT := n.AddChain(&nftables.Chain{Name: "mark-after-dnat", Table: tbl, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATDest + 1)})
 	inbound := n.AddChain(&nftables.Chain{Name: "inbound", Table: tbl})
@@ -510,6 +517,14 @@ func programNAT(c Config) error {
 			add(snat, append(append(slices.Clone(outDev), matchPrefix(12, m.From)...), netmap(expr.NATTypeSourceNAT, m.To)...)...)
 		}
 	}
+	// Anything else into a link keeps its source: a binding to its own
+	// address, so that a CNI's or kube-proxy's masquerading (later
+	// chains) does not hide the pod behind the node's address.
+	add(snat,
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(devicePrefix)}, // any link's device
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: uint32(nftables.TableFamilyIPv4), RegAddrMin: 1})
 	return n.Flush()
 }
 
