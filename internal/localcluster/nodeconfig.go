@@ -86,8 +86,8 @@ func containerdConfig(n nodeLayout, pauseImage, cniBinDir string) string {
 
 // cniConfig is a node's CNI network: a bridge "cni0" that is the pods'
 // default gateway, addresses from the node's pod CIDR (host-local), no
-// masquerading (every address the pods talk to is routed inside the
-// cluster's namespaces), hairpin mode (a pod reaching itself through a
+// masquerading by the plugin (the node masquerades what leaves the
+// cluster's pod CIDR itself, masqueradeOutside), hairpin mode (a pod reaching itself through a
 // Service), and portmap for hostPorts.
 func cniConfig(podCIDR string) map[string]any {
 	return map[string]any{
@@ -96,7 +96,7 @@ func cniConfig(podCIDR string) map[string]any {
 		"plugins": []any{
 			map[string]any{
 				"type":             "bridge",
-				"bridge":           "cni0",
+				"bridge":           podBridge,
 				"isGateway":        true,
 				"isDefaultGateway": true,
 				"ipMasq":           false,

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -22,6 +24,9 @@ const (
 	nodeBridge = "br0"
 	// nodeUplink is a node's end of its veth to the bridge.
 	nodeUplink = "eth0"
+	// podBridge is the pods' bridge on a node (the CNI's, made with the
+	// node: see ensurePodBridge).
+	podBridge = "cni0"
 	// operUpWait bounds the wait for a new veth to come up.
 	operUpWait = 2 * time.Second
 )
@@ -160,6 +165,9 @@ func wireNode(netPID, nodePID int, nn nodeNetwork, n realNode, all []realNode) e
 			return fmt.Errorf("node %s: route %s: %w", n.Name, rt, err)
 		}
 	}
+	if err := ensurePodBridge(nl, n.PodCIDR); err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
 	dst, err := netip.ParsePrefix(n.PodCIDR)
 	if err != nil {
 		return err
@@ -167,6 +175,81 @@ func wireNode(netPID, nodePID int, nn nodeNetwork, n realNode, all []realNode) e
 	rt := netlink.Route{LinkIndex: br.Attrs().Index, Dst: netnsutil.IPNet(dst), Gw: net.IP(n.IP.AsSlice())}
 	if err := cl.RouteReplace(&rt); err != nil {
 		return fmt.Errorf("node network: route %s: %w", rt, err)
+	}
+	return nil
+}
+
+// ensurePodBridge makes the CNI's bridge with its gateway address (the
+// first of the node's pod CIDR) when the node starts, as the bridge plugin
+// would at the node's first pod (it adopts a bridge that exists with that
+// address): a node's routes are the same before and after pods have run on
+// it, so that what others add or leave shows.
+func ensurePodBridge(nl *netlink.Handle, podCIDR string) error {
+	cidr, err := netip.ParsePrefix(podCIDR)
+	if err != nil || !cidr.Addr().Is4() {
+		return fmt.Errorf("pod bridge: pod CIDR %q is not an IPv4 CIDR", podCIDR)
+	}
+	br, err := nl.LinkByName(podBridge)
+	if err != nil {
+		la := netlink.NewLinkAttrs()
+		la.Name, la.MTU = podBridge, nodePodMTU
+		if err := nl.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil {
+			return fmt.Errorf("add bridge %s: %w", podBridge, err)
+		}
+		if br, err = nl.LinkByName(podBridge); err != nil {
+			return err
+		}
+	}
+	gw := netip.PrefixFrom(cidr.Masked().Addr().Next(), cidr.Bits())
+	if err := nl.AddrReplace(br, &netlink.Addr{IPNet: netnsutil.IPNet(gw)}); err != nil {
+		return fmt.Errorf("bridge %s: address %s: %w", podBridge, gw, err)
+	}
+	if err := nl.LinkSetUp(br); err != nil {
+		return fmt.Errorf("set %s up: %w", podBridge, err)
+	}
+	return nil
+}
+
+// MasqueradeTable is the nftables table (family ip) in which a real node
+// masquerades its pods' traffic to anything outside the cluster's pod CIDR
+// to the node's address, as most CNIs do (flannel's, the bridge plugin's
+// ipMasq): what leaves the cluster carries a node's address, and what
+// Annex's fabric must exempt (docs/network.md, "The fabric").
+const MasqueradeTable = "localcluster-masq"
+
+// masqueradeOutside adds MasqueradeTable to the node whose namespaces
+// process pid holds: postrouting at srcnat priority (100, iptables' nat
+// table's), `ip saddr podCIDR ip daddr != podCIDR masquerade`.
+func masqueradeOutside(pid int, podCIDR string) error {
+	cidr, err := netip.ParsePrefix(podCIDR)
+	if err != nil || !cidr.Addr().Is4() {
+		return fmt.Errorf("masquerading: pod CIDR %q is not an IPv4 CIDR", podCIDR)
+	}
+	h, err := netnsOfPID(pid)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	n, err := nftables.New(nftables.WithNetNSFd(int(h)))
+	if err != nil {
+		return err
+	}
+	tbl := n.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: MasqueradeTable})
+	ch := n.AddChain(&nftables.Chain{Name: "postrouting", Table: tbl, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	n.FlushChain(ch)
+	mask := net.CIDRMask(cidr.Bits(), 32)
+	addr := cidr.Masked().Addr().As4()
+	match := func(off uint32, op expr.CmpOp) []expr.Any {
+		return []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: 4},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
+			&expr.Cmp{Op: op, Register: 1, Data: addr[:]},
+		}
+	}
+	n.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: append(append(match(12, expr.CmpOpEq), match(16, expr.CmpOpNeq)...), &expr.Masq{})})
+	if err := n.Flush(); err != nil {
+		return fmt.Errorf("masquerading (nftables table %s): %w", MasqueradeTable, err)
 	}
 	return nil
 }

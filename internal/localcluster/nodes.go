@@ -277,6 +277,9 @@ func (c *Cluster) startRealNode(ctx context.Context, n realNode, all []realNode,
 	if err := wireNode(netPID, p.pid, nn, n, all); err != nil {
 		return err
 	}
+	if err := masqueradeOutside(p.pid, c.st.PodCIDR); err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
 
 	nsenter, err := exec.LookPath("nsenter")
 	if err != nil {
