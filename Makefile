@@ -21,8 +21,8 @@ help: ## List the targets.
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build bin/annexctl, bin/annex-agent and bin/annex-gateway.
-	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/annexctl ./cmd/annex-agent ./cmd/annex-gateway
+build: ## Build bin/annexctl, bin/annex-agent, bin/annex-gateway and bin/annex-fabric.
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/annexctl ./cmd/annex-agent ./cmd/annex-gateway ./cmd/annex-fabric
 
 .PHONY: image
 image: ## Build the annex-agent, pause and echo images without Docker into bin/images/<name>.tar (OCI archives for `ctr -n k8s.io images import`).
@@ -59,7 +59,7 @@ tools: ## Build the Kubernetes binaries (only those missing) and print their cac
 	@cd tools/kube && $(GO) run .
 
 .PHONY: node-deps
-node-deps: ## As root, install what real nodes need (containerd, runc, CNI plugins) with apt-get when missing.
+node-deps: ## As root, install what real nodes need (containerd, runc, CNI plugins, nft) with apt-get when missing.
 	@hack/node-deps.sh
 
 .PHONY: test

@@ -82,7 +82,7 @@ the same objects; use one or the other on a cluster (docs/install.md).
 	f.BoolVar(&o.LocalAgent, "local-agent", o.LocalAgent, "do not deploy the agent: it runs as a local process (as in the sandbox)")
 	f.StringVar(&o.Image, "image", o.Image, "annex-agent container image: `make image` writes annex.dev/annex-agent:<version> as an OCI archive to import into the nodes (ctr -n k8s.io images import), or build the repository's Dockerfile")
 	f.StringVar(&o.ImagePullPolicy, "image-pull-policy", o.ImagePullPolicy, "pull policy of the agent's containers: Always, IfNotPresent or Never (IfNotPresent suits images imported into the nodes' container runtime)")
-	f.StringVar(&o.GatewayEndpoint, "gateway-endpoint", "", "run annex-gateway in the agent's pod, on the host network of the gateway node, whose IPv4 address this is: the peers' gateways send their UDP (51820 and up) there (the node needs IPv4 forwarding and routes to it from every node: docs/network.md)")
+	f.StringVar(&o.GatewayEndpoint, "gateway-endpoint", "", "run annex-gateway in the agent's pod, on the host network of the gateway node, whose IPv4 address this is: the peers' gateways send their UDP (51820 and up) there (the node needs IPv4 forwarding; the annex-fabric DaemonSet routes the peers' ranges from every other node to it: docs/network.md)")
 	f.StringVar(&o.GatewayNode, "gateway-node", "", "the node the agent and its gateway run on (with --gateway-endpoint; default: any)")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
 	return cmd

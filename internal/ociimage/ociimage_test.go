@@ -169,7 +169,7 @@ func TestNewImage(t *testing.T) {
 	want := configFile(spec, "amd64")
 	want.RootFS.DiffIDs = []v1.Hash{diffID}
 	want.History = []v1.History{{Created: v1.Time{Time: Epoch},
-		CreatedBy: "github.com/annexhq/annex/internal/ociimage: /annex-agent from ./cmd/annex-agent, /annex-gateway from ./cmd/annex-gateway",
+		CreatedBy: "github.com/annexhq/annex/internal/ociimage: /annex-agent from ./cmd/annex-agent, /annex-gateway from ./cmd/annex-gateway, /annex-fabric from ./cmd/annex-fabric",
 		Comment:   "Annex v1.2.3"}}
 	if diff := cmp.Diff(want, cf); diff != "" {
 		t.Errorf("config file (-want +got):\n%s", diff)

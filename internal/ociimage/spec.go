@@ -97,8 +97,9 @@ const (
 const pathEnv = "PATH=/"
 
 // AgentSpec is the image `annexctl install --image` deploys, with the same
-// contents as the Dockerfile's: /annex-agent (the entrypoint) and
-// /annex-gateway (the gateway container's command), run as 65532:65532.
+// contents as the Dockerfile's: /annex-agent (the entrypoint),
+// /annex-gateway (the gateway container's command) and /annex-fabric (the
+// node agent's), run as 65532:65532.
 func AgentSpec(version string) Spec {
 	return Spec{
 		Repository: AgentRepository,
@@ -107,6 +108,7 @@ func AgentSpec(version string) Spec {
 		Binaries: []Binary{
 			{Package: "./cmd/annex-agent", Name: "annex-agent"},
 			{Package: "./cmd/annex-gateway", Name: "annex-gateway"},
+			{Package: "./cmd/annex-fabric", Name: "annex-fabric"},
 		},
 		Entrypoint: []string{"/annex-agent"},
 		User:       NonRootUser,

@@ -55,7 +55,7 @@ func run(m *testing.M) (code int) {
 		return 1
 	}
 	env.bin = filepath.Join(dir, "bin")
-	build := exec.Command("go", "build", "-o", env.bin+"/", "github.com/annexhq/annex/cmd/annexctl", "github.com/annexhq/annex/cmd/annex-agent", "github.com/annexhq/annex/cmd/annex-gateway")
+	build := exec.Command("go", "build", "-o", env.bin+"/", "github.com/annexhq/annex/cmd/annexctl", "github.com/annexhq/annex/cmd/annex-agent", "github.com/annexhq/annex/cmd/annex-gateway", "github.com/annexhq/annex/cmd/annex-fabric")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: build binaries:", err)

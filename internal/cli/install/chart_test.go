@@ -60,7 +60,7 @@ func TestChartMatchesGolden(t *testing.T) {
 			for _, name := range []string{"rbac/", "admission/"} {
 				static = append(static, r.Objects(name)...)
 			}
-			for _, name := range []string{"namespace.yaml", "provider-policy.yaml", "cluster-identity.yaml", "deployment.yaml"} {
+			for _, name := range []string{"namespace.yaml", "provider-policy.yaml", "cluster-identity.yaml", "deployment.yaml", "fabric.yaml"} {
 				perCase = append(perCase, r.Objects(name)...)
 				known[name] = true
 			}

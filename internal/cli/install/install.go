@@ -209,6 +209,13 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 				cmp.Or(o.GatewayNode, "the node it is scheduled on"), o.GatewayEndpoint, gatewayFirstPort)
 		}
 	}
+	if n, err = apply("fabric.yaml"); err != nil {
+		return err
+	}
+	if n > 0 {
+		s.Step("annex-fabric DaemonSet %s/annex-fabric: every node routes the peers' ranges to the gateway node (kubectl -n %s get fabricnodes)",
+			corev1alpha1.AgentNamespace, corev1alpha1.AgentNamespace)
+	}
 
 	// Whatever else the chart holds, so that install never lags behind it.
 	for _, t := range r.Templates {

@@ -1,7 +1,9 @@
 // Package status owns `annexctl status` (alias info): one row per peer of the
 // cluster — role, reachability and probe latency, resources granted and in
-// use, virtual node readiness and network link — and one row per network
-// link with its tunnel's state, last handshake and bytes.
+// use, virtual node readiness and network link —, one row per network
+// link with its tunnel's state, last handshake and bytes, and, where the
+// fabric runs (annex-fabric DaemonSet), how many nodes are programmed and
+// one row per node that is not, with why.
 package status
 
 import (
@@ -14,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -56,11 +59,28 @@ type Link struct {
 	TxBytes       int64  `json:"txBytes,omitempty"`
 }
 
+// Fabric is the state of the node agents (nil when none runs).
+type Fabric struct {
+	Gateway    string `json:"gatewayNode,omitempty"`
+	Nodes      int    `json:"nodes"`
+	Programmed int    `json:"programmed"`
+	// NotProgrammed are the nodes that are not, with why.
+	NotProgrammed []FabricProblem `json:"notProgrammed,omitempty"`
+}
+
+// FabricProblem is a node whose fabric is not programmed.
+type FabricProblem struct {
+	Node    string `json:"node"`
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
+}
+
 // Report is the whole status.
 type Report struct {
-	ClusterID string `json:"clusterID"`
-	Peers     []Peer `json:"peers"`
-	Links     []Link `json:"networkLinks"`
+	ClusterID string  `json:"clusterID"`
+	Peers     []Peer  `json:"peers"`
+	Links     []Link  `json:"networkLinks"`
+	Fabric    *Fabric `json:"fabric,omitempty"`
 }
 
 // Collect reads the status of every peer of the cluster.
@@ -105,7 +125,61 @@ func Collect(ctx context.Context, c *cli.Cluster) (*Report, error) {
 	if r.Links, err = links(ctx, c.Client, time.Now()); err != nil {
 		return nil, err
 	}
+	if r.Fabric, err = fabric(ctx, c.Client); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// fabric reports the FabricNodes of the nodes annex-fabric runs on (the
+// DaemonSet's desired pods: neither virtual nor simulated nodes), nil
+// without the DaemonSet.
+func fabric(ctx context.Context, c client.Client) (*Fabric, error) {
+	ds := &appsv1.DaemonSet{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: corev1alpha1.AgentNamespace, Name: "annex-fabric"}, ds); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	nodes := &corev1.NodeList{}
+	if err := c.List(ctx, nodes); err != nil {
+		return nil, err
+	}
+	fns := &networkingv1alpha1.FabricNodeList{}
+	if err := c.List(ctx, fns, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil && !meta.IsNoMatchError(err) {
+		return nil, err
+	}
+	byNode := map[string]*networkingv1alpha1.FabricNode{}
+	for i := range fns.Items {
+		byNode[fns.Items[i].Name] = &fns.Items[i]
+	}
+	f := &Fabric{}
+	for _, n := range nodes.Items {
+		if t := n.Labels["type"]; t == "virtual-node" || t == "kwok" {
+			continue
+		}
+		f.Nodes++
+		fn := byNode[n.Name]
+		if fn == nil {
+			f.NotProgrammed = append(f.NotProgrammed, FabricProblem{Node: n.Name, Reason: "NoReport",
+				Message: "no FabricNode: annex-fabric has not run on this node (kubectl -n annex-system get pods -l app.kubernetes.io/name=annex-fabric -o wide)"})
+			continue
+		}
+		if fn.Status.GatewayNode != "" {
+			f.Gateway = fn.Status.GatewayNode
+		}
+		cond := meta.FindStatusCondition(fn.Status.Conditions, networkingv1alpha1.ConditionProgrammed)
+		switch {
+		case cond == nil:
+			f.NotProgrammed = append(f.NotProgrammed, FabricProblem{Node: n.Name, Reason: "Unknown", Message: "no report yet"})
+		case cond.Status != metav1.ConditionTrue:
+			f.NotProgrammed = append(f.NotProgrammed, FabricProblem{Node: n.Name, Reason: cond.Reason, Message: cond.Message})
+		default:
+			f.Programmed++
+		}
+	}
+	return f, nil
 }
 
 // links lists the network links with their tunnels' state.
@@ -235,16 +309,29 @@ func Print(w io.Writer, r *Report, format string) error {
 	} else if err := printPeers(w, r.Peers); err != nil {
 		return err
 	}
-	if len(r.Links) == 0 {
-		return nil
+	if len(r.Links) > 0 {
+		fmt.Fprintln(w, "\nNetwork links")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "REMOTE\tTUNNEL\tREMOTE GATEWAY\tLAST HANDSHAKE\tRECEIVED\tSENT")
+		for _, l := range r.Links {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d B\t%d B\n", l.Remote, l.Tunnel, dash(l.Endpoint), dash(l.LastHandshake), l.RxBytes, l.TxBytes)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintln(w, "\nNetwork links")
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REMOTE\tTUNNEL\tREMOTE GATEWAY\tLAST HANDSHAKE\tRECEIVED\tSENT")
-	for _, l := range r.Links {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d B\t%d B\n", l.Remote, l.Tunnel, dash(l.Endpoint), dash(l.LastHandshake), l.RxBytes, l.TxBytes)
+	if f := r.Fabric; f != nil {
+		fmt.Fprintf(w, "\nFabric: %d of %d nodes programmed, gateway on %s\n", f.Programmed, f.Nodes, dash(f.Gateway))
+		if len(f.NotProgrammed) > 0 {
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NODE NOT PROGRAMMED\tREASON\tMESSAGE")
+			for _, p := range f.NotProgrammed {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Node, p.Reason, dash(p.Message))
+			}
+			return tw.Flush()
+		}
 	}
-	return tw.Flush()
+	return nil
 }
 
 func printPeers(w io.Writer, peers []Peer) error {

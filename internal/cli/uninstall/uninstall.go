@@ -47,9 +47,10 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 		}
 		return nil
 	}
-	// What install applies outside annex-system does not depend on its
-	// options: any cluster ID renders it.
-	r, err := chart.Render(ctx, chart.Values{ClusterID: "uninstall"})
+	// What install applies outside annex-system depends only on whether
+	// the agent runs with a gateway (the fabric's cluster-wide RBAC): these
+	// values render all of it.
+	r, err := chart.Render(ctx, chart.Values{ClusterID: "uninstall", Agent: true, Image: "uninstall.invalid/annex-agent:v0", GatewayEndpoint: "192.0.2.1"})
 	if err != nil {
 		return err
 	}
