@@ -57,20 +57,31 @@ The pods' namespaces are kept in step by a background 'annexctl sandbox pod-netw
 gives each cluster, beside its kwok nodes, one real node: a kubelet, containerd and
 kube-proxy in namespaces of their own (<cluster>-node-0, node network 172.31.1.0/24
 for alpha, .2 for beta, .3 for gamma), with the images of 'make image' (--images)
-imported. The kwok nodes are tainted kwok.x-k8s.io/node=fake:NoSchedule, so pods run
-real containers unless they tolerate it. Annex is installed with 'annexctl install
---image': the agent runs as a Deployment on the real node, annex-gateway as its
-second container on the node's host network. The real nodes stand on the underlay
-annex-sbx-ul (192.168.77.1, .2, .3, where the gateways meet) and route each other's
-API addresses, so peer with the URL in <dir>/<cluster>/peer-server (also in
-'annexctl sandbox status'):
+imported. --nodes N (1 to 4, with --real-nodes) gives each cluster N real nodes
+(<cluster>-node-0 to -<N-1>) on the cluster's node network. The kwok nodes are
+tainted kwok.x-k8s.io/node=fake:NoSchedule, so pods run real containers unless they
+tolerate it. Annex is installed with 'annexctl install --image': the agent runs as a
+Deployment on real node 0, annex-gateway as its second container on the node's host
+network. Every real node stands on the underlay annex-sbx-ul (where the gateways
+meet) with an address of its own: node 0 has 192.168.77.1 (alpha), .2 (beta), .3
+(gamma), node j>=1 of cluster i (alpha 0, beta 1, gamma 2) 192.168.77.<16*(i+1)+j>
+(alpha's node 1 .17, beta's .33, gamma's .49); move a gateway to another node by
+running 'annexctl install' again with its --gateway-node and --gateway-endpoint.
+'annexctl sandbox status' lists the nodes and addresses. Every node routes the other
+clusters' API addresses to their node 0, so peer with the URL in
+<dir>/<cluster>/peer-server (also in 'annexctl sandbox status'):
   annexctl peer --kubeconfig <dir>/alpha/kubeconfig --remote-kubeconfig <dir>/beta/kubeconfig \
     --remote-server "$(cat <dir>/beta/peer-server)"`,
 		Example: `  sudo annexctl sandbox up --network
+  sudo annexctl sandbox up --real-nodes --nodes 2
   kubectl --kubeconfig ~/.annex/sandbox/gamma/kubeconfig label pod web-0 annex.dev/sandbox-netns=true
   sudo annexctl sandbox curl gamma default/web-0 http://10.200.0.5:8080/`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("nodes") && o.Nodes == 0 {
+				// Options.Nodes 0 means the default; given, it is wrong.
+				return fmt.Errorf("--nodes 0: the real-node sandbox runs 1 to %d real nodes per cluster", sandbox.MaxRealNodes)
+			}
 			ctx, cancel := signalContext()
 			defer cancel()
 			return sandbox.Up(ctx, s, o)
@@ -81,7 +92,8 @@ API addresses, so peer with the URL in <dir>/<cluster>/peer-server (also in
 	up.Flags().DurationVar(&o.TokenTTL, "token-ttl", o.TokenTTL, "lifetime of the agents' ServiceAccount tokens")
 	up.Flags().BoolVar(&o.Network, "network", false, "also run the real-packet network: router namespaces with annex-gateway, pod namespaces with echo servers (needs root)")
 	up.Flags().StringVar(&o.GatewayBinary, "gateway-binary", sandbox.DefaultGatewayBinary(), "annex-gateway executable to run in each router namespace (with --network)")
-	up.Flags().BoolVar(&o.RealNodes, "real-nodes", false, "give each cluster a real node (kubelet, containerd, kube-proxy) and install Annex from its image (needs root and a container runtime)")
+	up.Flags().BoolVar(&o.RealNodes, "real-nodes", false, "give each cluster a real node, or --nodes of them (kubelet, containerd, kube-proxy), and install Annex from its image (needs root and a container runtime)")
+	up.Flags().IntVar(&o.Nodes, "nodes", 0, fmt.Sprintf("real nodes per cluster, 1 to %d (with --real-nodes; default 1): the gateway goes on node 0, the others are where it can be moved", sandbox.MaxRealNodes))
 	up.Flags().StringVar(&o.ImagesDir, "images", sandbox.DefaultImagesDir(), "directory with the image tarballs of 'make image' (pause.tar, echo.tar, annex-agent.tar), with --real-nodes")
 
 	down := &cobra.Command{
@@ -164,6 +176,7 @@ API addresses, so peer with the URL in <dir>/<cluster>/peer-server (also in
 				if err := tw.Flush(); err != nil {
 					return err
 				}
+				sandbox.PrintRealNodes(s.Out, sts)
 				if network != nil {
 					state := "not running"
 					if network.PodNetwork.Running {

@@ -21,10 +21,11 @@
 //     these in step with the clusters' pods).
 //
 // With real nodes (SetupNodes, `annexctl sandbox up --real-nodes`) there are
-// no routers or pod namespaces: each cluster's real node takes its router's
-// place on the underlay (its veth "ul0" holds UnderlayAddr), its gateway
-// runs on the node's host network, and the nodes route each other's API
-// addresses.
+// no routers or pod namespaces: each cluster's real node 0 takes its
+// router's place on the underlay (its veth "ul0" holds UnderlayAddr), its
+// gateway runs on the node's host network, further real nodes of the
+// cluster stand on the underlay beside it (NodeUnderlayAddr), and every
+// node routes the other clusters' API addresses to their node 0.
 //
 // Only addresses inside these namespaces are used; the host's own network
 // namespace gets no address, route or device. Everything needs root
@@ -138,6 +139,40 @@ func UnderlayAddr(index int) netip.Addr {
 	return netip.AddrFrom4(b)
 }
 
+// Real nodes after the first of a cluster (the real-node sandbox's
+// `--nodes`): node j (1..maxNodeIndex) of cluster i (0..maxNodeCluster)
+// has 192.168.77.<16*(i+1)+j>.
+const (
+	// maxNodeCluster is the highest cluster index NodeUnderlayAddr
+	// serves: UnderlayAddr(0..14) is .1 to .15, below every node block.
+	maxNodeCluster = 14
+	// maxNodeIndex is the highest node index: a cluster's block of 16
+	// addresses keeps its first (.16*(i+1)) and last unused, so that the
+	// last block ends at .254.
+	maxNodeIndex = 14
+	// nodeBlock is the size of a cluster's block of node addresses.
+	nodeBlock = 16
+)
+
+// NodeUnderlayAddr is the underlay address of real node nodeIndex of
+// cluster clusterIndex: node 0 has its cluster's UnderlayAddr
+// (192.168.77.<clusterIndex+1>, where the gateway the sandbox installs
+// listens), node j >= 1 has 192.168.77.<16*(clusterIndex+1)+j> (alpha's
+// node 1 .17, beta's .33, gamma's .49). Clusters 0..14 and nodes 0..14 get
+// addresses; they never collide with each other or with UnderlayAddr of
+// clusters 0..14 (.1 to .15), and the rest get the zero Addr.
+func NodeUnderlayAddr(clusterIndex, nodeIndex int) netip.Addr {
+	if clusterIndex < 0 || clusterIndex > maxNodeCluster || nodeIndex < 0 || nodeIndex > maxNodeIndex {
+		return netip.Addr{}
+	}
+	if nodeIndex == 0 {
+		return UnderlayAddr(clusterIndex)
+	}
+	b := underlayBase.As4()
+	b[3] = byte(nodeBlock*(clusterIndex+1) + nodeIndex)
+	return netip.AddrFrom4(b)
+}
+
 // PodNetns returns the name of a pod's namespace:
 // "annex-sbx-<cluster>-<the first 8 hex characters of its UID>". With the
 // sandbox's cluster names (at most 5 characters) it is 24 characters long;
@@ -162,6 +197,21 @@ func routerPodIface(uid types.UID) string { return "p" + uidHex(uid) }
 // "r<index>-<cluster>", cut to 15 characters (the index keeps it unique).
 func bridgePort(c Cluster) string {
 	s := fmt.Sprintf("r%d-%s", c.Index, c.Name)
+	if len(s) > 15 {
+		s = s[:15]
+	}
+	return s
+}
+
+// nodeBridgePort is the underlay bridge's end of real node nodeIndex's
+// uplink: node 0 takes its cluster's router's place and port (bridgePort),
+// node j >= 1 has "n<cluster index>-<j>-<cluster>", cut to 15 characters
+// (the indexes keep it unique: a router's port starts with "r").
+func nodeBridgePort(c Cluster, nodeIndex int) string {
+	if nodeIndex == 0 {
+		return bridgePort(c)
+	}
+	s := fmt.Sprintf("n%d-%d-%s", c.Index, nodeIndex, c.Name)
 	if len(s) > 15 {
 		s = s[:15]
 	}

@@ -108,13 +108,13 @@ func (n naming) setupRouter(c Cluster, ul netns.NsHandle, ulh *netlink.Handle, b
 	}); err != nil {
 		return err
 	}
-	return n.attach(c, r, ul, ulh, br)
+	return n.attach(bridgePort(c), UnderlayAddr(c.Index), r, ul, ulh, br)
 }
 
-// attach puts the namespace r on the underlay for cluster c: loopback up,
-// the veth "ul0" on the bridge holding UnderlayAddr(c.Index)/24, reverse-path
+// attach puts the namespace r on the underlay: loopback up, the veth "ul0"
+// holding addr/24 whose other end, port, is on the bridge, reverse-path
 // filtering off on it.
-func (n naming) attach(c Cluster, r netns.NsHandle, ul netns.NsHandle, ulh *netlink.Handle, br netlink.Link) error {
+func (n naming) attach(port string, addr netip.Addr, r netns.NsHandle, ul netns.NsHandle, ulh *netlink.Handle, br netlink.Link) error {
 	rh, err := netlink.NewHandleAt(r)
 	if err != nil {
 		return fmt.Errorf("netlink: %w", err)
@@ -123,20 +123,19 @@ func (n naming) attach(c Cluster, r netns.NsHandle, ul netns.NsHandle, ulh *netl
 	if err := netnsutil.LinkUp(rh, "lo"); err != nil {
 		return err
 	}
-	up, port, made, err := netnsutil.EnsureVethPair(rh, routerUplink, ulh, bridgePort(c), ul)
+	up, pl, made, err := netnsutil.EnsureVethPair(rh, routerUplink, ulh, port, ul)
 	if err != nil {
 		return err
 	}
-	if port.Attrs().MasterIndex != br.Attrs().Index {
-		if err := ulh.LinkSetMaster(port, br); err != nil {
-			return fmt.Errorf("attach %s to %s: %w", bridgePort(c), bridgeName, err)
+	if pl.Attrs().MasterIndex != br.Attrs().Index {
+		if err := ulh.LinkSetMaster(pl, br); err != nil {
+			return fmt.Errorf("attach %s to %s: %w", port, bridgeName, err)
 		}
 	}
-	if err := ulh.LinkSetUp(port); err != nil {
-		return fmt.Errorf("set %s up: %w", bridgePort(c), err)
+	if err := ulh.LinkSetUp(pl); err != nil {
+		return fmt.Errorf("set %s up: %w", port, err)
 	}
-	addr := netip.PrefixFrom(UnderlayAddr(c.Index), underlayBits)
-	if err := netnsutil.SetOnlyAddr(rh, up, addr, netlink.SCOPE_UNIVERSE); err != nil {
+	if err := netnsutil.SetOnlyAddr(rh, up, netip.PrefixFrom(addr, underlayBits), netlink.SCOPE_UNIVERSE); err != nil {
 		return err
 	}
 	if err := rh.LinkSetUp(up); err != nil {

@@ -24,14 +24,16 @@ import (
 	"github.com/annexhq/annex/internal/sandboxnet"
 )
 
-// The real-node sandbox (`up --real-nodes`): each cluster has one real node
-// (kubelet, containerd, kube-proxy; internal/localcluster) beside its kwok
-// nodes, and Annex is installed the way users install it, from the
-// annex-agent image: the agent runs as a Deployment on the real node, with
-// annex-gateway as its second container on the node's host network. The
-// real nodes stand on sandboxnet's underlay (192.168.77.0/24, where the
-// gateways meet), and each routes the other clusters' API addresses to
-// their nodes, so that an agent in a pod reaches its peers' API servers.
+// The real-node sandbox (`up --real-nodes`): each cluster has one real node,
+// or --nodes of them (kubelet, containerd, kube-proxy; internal/localcluster)
+// beside its kwok nodes, and Annex is installed the way users install it,
+// from the annex-agent image: the agent runs as a Deployment on real node 0,
+// with annex-gateway as its second container on the node's host network.
+// Every real node stands on sandboxnet's underlay (192.168.77.0/24, where
+// the gateways meet) with an address of its own
+// (sandboxnet.NodeUnderlayAddr), and each routes the other clusters' API
+// addresses to their node 0, so that an agent in a pod on any node reaches
+// its peers' API servers.
 
 // Files of the real-node sandbox.
 const (
@@ -55,19 +57,101 @@ var KwokTaint = corev1.Taint{Key: "kwok.x-k8s.io/node", Value: "fake", Effect: c
 // realNodeWait bounds the wait for an agent's pod on a real node.
 const realNodeWait = 3 * time.Minute
 
+// MaxRealNodes is the most real nodes per cluster `up --real-nodes
+// --nodes` starts.
+const MaxRealNodes = 4
+
 // realNodesState is <dir>/real-nodes.json.
 type realNodesState struct {
 	Enabled bool `json:"enabled"`
+	// Nodes is the number of real nodes per cluster (0 in files of
+	// sandboxes before --nodes: 1).
+	Nodes int `json:"nodes,omitempty"`
+	// Clusters are each cluster's real nodes, once they stand on the
+	// underlay.
+	Clusters map[string][]RealNode `json:"clusters,omitempty"`
+}
+
+// RealNode is a real node of a real-node sandbox cluster.
+type RealNode struct {
+	// Name is the Node's name, <cluster>-node-<i>.
+	Name string `json:"name"`
+	// Underlay is its address on the sandbox's underlay
+	// (sandboxnet.NodeUnderlayAddr): where a gateway on it listens.
+	Underlay netip.Addr `json:"underlay"`
+}
+
+// realNodesPerCluster is how many real nodes per cluster o asks for.
+func realNodesPerCluster(o Options) int {
+	if o.Nodes == 0 {
+		return 1
+	}
+	return o.Nodes
+}
+
+// validateNodes checks Options.Nodes: only with RealNodes, 1..MaxRealNodes
+// (0 means 1).
+func validateNodes(o Options) error {
+	switch {
+	case o.Nodes != 0 && !o.RealNodes:
+		return fmt.Errorf("--nodes %d needs --real-nodes: only the real-node sandbox has real nodes to count", o.Nodes)
+	case o.Nodes < 0 || o.Nodes > MaxRealNodes:
+		return fmt.Errorf("--nodes %d: the real-node sandbox runs 1 to %d real nodes per cluster", o.Nodes, MaxRealNodes)
+	}
+	return nil
+}
+
+func readRealNodes(o Options) (realNodesState, error) {
+	var st realNodesState
+	data, err := os.ReadFile(filepath.Join(o.Dir, realNodesFile))
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return st, fmt.Errorf("%s: %w", filepath.Join(o.Dir, realNodesFile), err)
+	}
+	if st.Enabled && st.Nodes == 0 {
+		st.Nodes = 1
+	}
+	return st, nil
 }
 
 // RealNodesEnabled reports whether the sandbox in o.Dir runs on real nodes.
 func RealNodesEnabled(o Options) bool {
-	data, err := os.ReadFile(filepath.Join(o.Dir, realNodesFile))
-	if err != nil {
-		return false
+	st, err := readRealNodes(o)
+	return err == nil && st.Enabled
+}
+
+// RealNodesOf lists the real nodes of cluster in the real-node sandbox in
+// o.Dir, node 0 (where `up` installs the gateway) first, with their
+// underlay addresses; an error if the sandbox does not run on real nodes
+// or has not put cluster's on the underlay.
+func RealNodesOf(o Options, cluster string) ([]RealNode, error) {
+	st, err := readRealNodes(o)
+	if err != nil || !st.Enabled {
+		return nil, fmt.Errorf("the sandbox in %s does not run on real nodes (%v)", o.Dir, err)
 	}
-	var st realNodesState
-	return json.Unmarshal(data, &st) == nil && st.Enabled
+	nodes, ok := st.Clusters[cluster]
+	if !ok {
+		return nil, fmt.Errorf("the sandbox in %s has no real nodes of %q on the underlay (not up yet?)", o.Dir, cluster)
+	}
+	return nodes, nil
+}
+
+// RealNodeUnderlay maps the names of cluster's real nodes in the real-node
+// sandbox in o.Dir to their underlay addresses (see RealNodesOf): where
+// `annexctl install --gateway-node NAME --gateway-endpoint ADDR` puts the
+// gateway.
+func RealNodeUnderlay(o Options, cluster string) (map[string]netip.Addr, error) {
+	nodes, err := RealNodesOf(o, cluster)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]netip.Addr, len(nodes))
+	for _, n := range nodes {
+		out[n.Name] = n.Underlay
+	}
+	return out, nil
 }
 
 // DefaultImagesDir is images/ next to the running executable (bin/images
@@ -112,20 +196,26 @@ func checkRealNodes(o Options) error {
 // upReal starts the real-node sandbox: the clusters (in parallel), the
 // underlay between their real nodes, then Annex from its image in each.
 func upReal(ctx context.Context, s cli.IOStreams, o Options) error {
+	n := realNodesPerCluster(o)
 	// Recorded first, so that a failed start's Down removes the underlay.
-	if err := writeJSON(filepath.Join(o.Dir, realNodesFile), realNodesState{Enabled: true}); err != nil {
+	st := realNodesState{Enabled: true, Nodes: n}
+	if err := writeJSON(filepath.Join(o.Dir, realNodesFile), st); err != nil {
 		return err
 	}
 	images := make([]string, len(realNodeImages))
 	for i, f := range realNodeImages {
 		images[i] = filepath.Join(o.ImagesDir, f)
 	}
-	fmt.Fprintf(s.Out, "Starting %d clusters with a real node each in %s (about 30 s once the Kubernetes binaries are built)...\n", len(Clusters), o.Dir)
+	if n == 1 {
+		fmt.Fprintf(s.Out, "Starting %d clusters with a real node each in %s (about 30 s once the Kubernetes binaries are built)...\n", len(Clusters), o.Dir)
+	} else {
+		fmt.Fprintf(s.Out, "Starting %d clusters with %d real nodes each in %s...\n", len(Clusters), n, o.Dir)
+	}
 	out := &lockedWriter{w: s.Out}
 	clusters := make([]*localcluster.Cluster, len(Clusters))
 	err := forEachCluster(func(i int, spec Spec) error {
 		opts := clusterOptions(o, spec, out)
-		opts.RealNodes, opts.Images, opts.PauseImage, opts.NodeNetworkCIDR = 1, images, ociimage.PauseRef(), nodeNetworkCIDR(i)
+		opts.RealNodes, opts.Images, opts.PauseImage, opts.NodeNetworkCIDR = n, images, ociimage.PauseRef(), nodeNetworkCIDR(i)
 		// `kubectl top` and HPAs: the provider's PodMetrics of real
 		// containers, and the consumer's of offloaded pods.
 		opts.MetricsServer = true
@@ -139,22 +229,44 @@ func upReal(ctx context.Context, s cli.IOStreams, o Options) error {
 	if err != nil {
 		return err
 	}
-	nodes := make([]sandboxnet.Node, len(Clusters))
-	for i, c := range clusters {
-		rn := c.RealNodes()
-		api, perr := netip.ParseAddrPort(c.APIAddress())
-		if len(rn) != 1 || rn[0].Netns == "" || perr != nil {
-			return fmt.Errorf("%s: its real node is not running (nodes %+v, API address %q)", c.Name(), rn, c.APIAddress())
-		}
-		nodes[i] = sandboxnet.Node{Cluster: sandboxnet.Cluster{Name: c.Name(), Index: i}, Netns: rn[0].Netns, API: api.Addr()}
+	nodes, err := underlayNodes(clusters, n)
+	if err != nil {
+		return err
 	}
 	if err := sandboxnet.SetupNodes(ctx, nodes); err != nil {
 		return err
 	}
-	s.Step("real nodes on the underlay %s (192.168.77.0/24), each routing the others' API addresses", sandboxnet.UnderlayNetns())
+	st.Clusters = map[string][]RealNode{}
+	for _, nd := range nodes {
+		st.Clusters[nd.Cluster.Name] = append(st.Clusters[nd.Cluster.Name], RealNode{Name: clusters[nd.Cluster.Index].RealNodeNames()[nd.Index], Underlay: nd.Underlay()})
+	}
+	if err := writeJSON(filepath.Join(o.Dir, realNodesFile), st); err != nil {
+		return err
+	}
+	s.Step("real nodes on the underlay %s (192.168.77.0/24), each routing the other clusters' API addresses", sandboxnet.UnderlayNetns())
 	return forEachCluster(func(i int, spec Spec) error {
 		return installReal(ctx, cli.IOStreams{Out: &prefixWriter{w: out, prefix: spec.Name + ": "}, ErrOut: s.ErrOut}, clusters[i], spec, i)
 	})
+}
+
+// underlayNodes are the n real nodes of each of clusters (the sandbox's,
+// in order) as they stand on the underlay.
+func underlayNodes(clusters []*localcluster.Cluster, n int) ([]sandboxnet.Node, error) {
+	var nodes []sandboxnet.Node
+	for i, c := range clusters {
+		rn := c.RealNodes()
+		api, perr := netip.ParseAddrPort(c.APIAddress())
+		if len(rn) != n || perr != nil {
+			return nil, fmt.Errorf("%s: want %d real nodes and an API address, have nodes %+v and API address %q", c.Name(), n, rn, c.APIAddress())
+		}
+		for j, r := range rn {
+			if r.Netns == "" {
+				return nil, fmt.Errorf("%s: real node %s is not running", c.Name(), r.Name)
+			}
+			nodes = append(nodes, sandboxnet.Node{Cluster: sandboxnet.Cluster{Name: c.Name(), Index: i}, Index: j, Netns: r.Netns, API: api.Addr()})
+		}
+	}
+	return nodes, nil
 }
 
 // forEachCluster runs f for every sandbox cluster in parallel.

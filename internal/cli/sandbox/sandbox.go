@@ -65,6 +65,9 @@ type Options struct {
 	// RealNodes gives each cluster a real node and installs Annex from
 	// its image (realnodes.go); needs root and a container runtime.
 	RealNodes bool
+	// Nodes is the number of real nodes per cluster with RealNodes,
+	// 1..MaxRealNodes; 0 means 1. Annex's gateway goes on node 0.
+	Nodes int
 	// ImagesDir holds the image tarballs of `make image` (with RealNodes).
 	ImagesDir string
 }
@@ -96,6 +99,9 @@ func (o Options) ClusterDir(name string) string { return filepath.Join(o.Dir, na
 // except that a sandbox started with --network gets its stopped gateways and
 // pod-network process restarted.
 func Up(ctx context.Context, s cli.IOStreams, o Options) error {
+	if err := validateNodes(o); err != nil {
+		return err
+	}
 	if o.Network {
 		if err := checkNetwork(o); err != nil {
 			return err
@@ -121,6 +127,9 @@ func Up(ctx context.Context, s cli.IOStreams, o Options) error {
 		if len(bad) == 0 {
 			if real := RealNodesEnabled(o); real != o.RealNodes {
 				return fmt.Errorf("the sandbox in %s is up %s --real-nodes; to change that, `annexctl sandbox down` and up again", o.Dir, map[bool]string{true: "with", false: "without"}[real])
+			}
+			if st, err := readRealNodes(o); err == nil && st.Enabled && o.Nodes != 0 && o.Nodes != st.Nodes {
+				return fmt.Errorf("the sandbox in %s is up with %d real nodes per cluster, not %d; to change that, `annexctl sandbox down` and up again", o.Dir, st.Nodes, o.Nodes)
 			}
 			network := NetworkEnabled(o)
 			if o.Network && !network {
@@ -195,6 +204,7 @@ func printUp(ctx context.Context, s cli.IOStreams, o Options, start time.Time) e
 	}
 	fmt.Fprintf(s.Out, "Sandbox up in %s.\n", time.Since(start).Round(100*time.Millisecond))
 	printKubeconfigs(s.Out, sts)
+	PrintRealNodes(s.Out, sts)
 	return nil
 }
 
@@ -298,6 +308,10 @@ type ClusterStatus struct {
 	// PeerServer is where the other clusters' agents reach this API
 	// server, with --real-nodes (`annexctl peer --remote-server`).
 	PeerServer string `json:"peerServer,omitempty"`
+	// RealNodes are the cluster's real nodes with their underlay
+	// addresses, with --real-nodes (node 0 first: `up` installs the
+	// gateway there).
+	RealNodes []RealNode `json:"realNodes,omitempty"`
 }
 
 // AgentStatus is the health of a sandbox agent.
@@ -337,6 +351,7 @@ func Status(ctx context.Context, o Options) ([]ClusterStatus, error) {
 		} else if RealNodesEnabled(o) {
 			st.Agent = realAgentStatus(ctx, c)
 			st.PeerServer = PeerServer(o, spec.Name)
+			st.RealNodes, _ = RealNodesOf(o, spec.Name)
 		}
 		st.Gateway = gatewayStatus(o, spec.Name)
 		out = append(out, st)
@@ -378,6 +393,26 @@ func Act(ctx context.Context, s cli.IOStreams, o Options, name, action string) e
 	}
 	fmt.Fprintf(s.Out, "%s: API server %s\n", name, map[string]string{"kill": "killed (SIGKILL)", "pause": "paused (SIGSTOP): requests to it now hang", "resume": "answering again"}[action])
 	return nil
+}
+
+// PrintRealNodes lists the clusters' real nodes with their underlay
+// addresses, if they have any.
+func PrintRealNodes(w io.Writer, sts []ClusterStatus) {
+	header := false
+	for _, st := range sts {
+		if len(st.RealNodes) == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w, "Real nodes (underlay address; `up` installs the gateway on the first):")
+			header = true
+		}
+		nodes := make([]string, len(st.RealNodes))
+		for i, n := range st.RealNodes {
+			nodes[i] = n.Name + " " + n.Underlay.String()
+		}
+		fmt.Fprintf(w, "  %-6s %s\n", st.Name, strings.Join(nodes, ", "))
+	}
 }
 
 func printKubeconfigs(w io.Writer, sts []ClusterStatus) {
