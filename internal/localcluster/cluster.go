@@ -770,10 +770,13 @@ func (c *Cluster) launchAndAwait(ctx context.Context, spec launchSpec) error {
 
 // awaitRetrying waits until a launched component is ready; when it exited
 // because one of its ports was taken meanwhile, it is relaunched on new
-// ports.
+// ports. It watches that component only: components launched together
+// (the controller-manager, the scheduler and kwok) are each awaited in
+// turn, so that the one that lost a port race is the one relaunched, not
+// reported as the failure of another's wait.
 func (c *Cluster) awaitRetrying(ctx context.Context, spec launchSpec) error {
 	for attempt := 1; ; attempt++ {
-		err := c.await(ctx, spec.name, nil, spec.ready)
+		err := c.await(ctx, spec.name, []string{spec.name}, spec.ready)
 		var ee *exitError
 		if !errors.As(err, &ee) || ee.name != spec.name || !addrInUse(ee.tail) || spec.repick == nil {
 			return err
