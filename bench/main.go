@@ -8,8 +8,9 @@
 // First, before any cluster runs:
 //
 //   - tunnel: pod-to-pod TCP throughput and round trips across an Annex
-//     network link (two annex-gateway processes, WireGuard) against a plain
-//     veth, on network namespaces of its own (needs root).
+//     network link (two annex-gateway processes, WireGuard), the same from a
+//     pod on a non-gateway node through the fabric (internal/fabric), and a
+//     plain veth, on network namespaces of its own (needs root).
 //
 // Then it starts a consumer (alpha) and a provider (beta) with
 // internal/localcluster in a temporary directory, installs Annex, runs both

@@ -696,8 +696,11 @@ func renderTunnel(b *strings.Builder, r *Results) {
 		return
 	}
 	p("Two pod network namespaces, each behind a router namespace running `annex-gateway` (its userspace WireGuard device, routes and "+
-		"nftables address translation: both pods have 10.200.0.5, a reaches b as 100.64.0.5), the routers joined by a veth; and the same "+
-		"two pods joined directly by a plain veth. Measured first, before the clusters start, from a client in pod a to a server in pod b "+
+		"nftables address translation: both pods have 10.200.0.5, a reaches b as 100.64.0.5), the routers joined by a veth; the same "+
+		"tunnel from pod a2 (10.200.0.6) on node a1, a namespace standing for a node of cluster a other than the gateway node, joined to "+
+		"router a by a node network, with the fabric's routes and masquerade exemption (`internal/fabric`) and a CNI's masquerading "+
+		"(pod b sees pod a2 as 100.65.0.6, checked); and the same two pods a and b joined directly by a plain veth. Measured first, "+
+		"before the clusters start, from a client in pod a (or a2) to a server in pod b "+
 		"(goroutines of the benchmark, sockets opened inside the namespaces): **TCP bulk**, one connection sending for %.0f s, MB/s "+
 		"(10^6 bytes) as received; **round trip**, %d messages of %d bytes sent one after the other on one connection and echoed "+
 		"(after %d untimed ones), in µs. Everything, the encryption included, runs on this machine's %d CPUs.\n\n",
@@ -707,22 +710,31 @@ func renderTunnel(b *strings.Builder, r *Results) {
 			"both were restarted before the measurement (%d×): see the run's log.\n\n", tunnelReady, t.GatewayRestarts)
 	}
 	p("| path | TCP bulk (MB/s) | round trip p50 (µs) | p99 (µs) | max (µs) |\n| --- | ---: | ---: | ---: | ---: |\n")
-	names := map[string]string{pathTunnel: "Annex tunnel (annex-gateway, WireGuard)", pathVeth: "plain veth"}
-	var tun, veth *TunnelPath
+	names := map[string]string{pathTunnel: "Annex tunnel (annex-gateway, WireGuard)",
+		pathFabric: "fabric: non-gateway node → gateway node, then the tunnel", pathVeth: "plain veth"}
+	var tun, fab, veth *TunnelPath
 	for i := range t.Paths {
 		pa := &t.Paths[i]
 		switch pa.Name {
 		case pathTunnel:
 			tun = pa
+		case pathFabric:
+			fab = pa
 		case pathVeth:
 			veth = pa
 		}
 		p("| %s | %.1f | %.0f | %.0f | %.0f |\n", orDash(names[pa.Name]), pa.MBPerSecond, pa.RTTMicroseconds.P50, pa.RTTMicroseconds.P99, pa.RTTMicroseconds.Max)
 	}
-	if tun != nil && veth != nil && veth.MBPerSecond > 0 && veth.RTTMicroseconds.P50 > 0 {
-		p("| **tunnel / veth** | **%.2f** | **%.1f** | %.1f | |\n", tun.MBPerSecond/veth.MBPerSecond,
-			tun.RTTMicroseconds.P50/veth.RTTMicroseconds.P50, tun.RTTMicroseconds.P99/max(veth.RTTMicroseconds.P99, 1))
+	// The round trips' ratio with prec decimals: fabric / tunnel is close
+	// to 1.
+	ratio := func(name string, x, y *TunnelPath, prec int) {
+		if x != nil && y != nil && y.MBPerSecond > 0 && y.RTTMicroseconds.P50 > 0 {
+			p("| **%s** | **%.2f** | **%.*f** | %.*f | |\n", name, x.MBPerSecond/y.MBPerSecond,
+				prec, x.RTTMicroseconds.P50/y.RTTMicroseconds.P50, prec, x.RTTMicroseconds.P99/max(y.RTTMicroseconds.P99, 1))
+		}
 	}
+	ratio("tunnel / veth", tun, veth, 1)
+	ratio("fabric / tunnel", fab, tun, 2)
 	p("\n")
 }
 

@@ -82,6 +82,7 @@ func sampleResults() *Results {
 	r.Fresh[5].Error, r.Fresh[5].PodStates, r.Fresh[5].Stages = "20 pods Ready: not reached after 1m0s", none, nil
 	r.Tunnel = &TunnelResult{BulkSeconds: 5, RoundTrips: 1000, MessageBytes: 64, Paths: []TunnelPath{
 		{Name: pathTunnel, Bytes: 500e6, Seconds: 5, MBPerSecond: 100, RTTMicroseconds: Summary{N: 1000, P50: 200, P99: 400, Max: 900}},
+		{Name: pathFabric, Bytes: 450e6, Seconds: 5, MBPerSecond: 90, RTTMicroseconds: Summary{N: 1000, P50: 230, P99: 500, Max: 1000}},
 		{Name: pathVeth, Bytes: 10e9, Seconds: 5, MBPerSecond: 2000, RTTMicroseconds: Summary{N: 1000, P50: 20, P99: 50, Max: 100}},
 	}}
 	return r
@@ -142,6 +143,8 @@ func TestMarkdown(t *testing.T) {
 		"No other cluster ran",
 		"| Annex tunnel (annex-gateway, WireGuard) | 100.0 | 200 | 400 | 900 |",
 		"| **tunnel / veth** | **0.05** | **10.0** | 8.0 | |",
+		"| fabric: non-gateway node → gateway node, then the tunnel | 90.0 | 230 | 500 | 1000 |",
+		"| **fabric / tunnel** | **0.90** | **1.15** | 1.25 | |",
 		"## Pod startup under a steady stream",
 		"| offloaded | 1200 | 20 | 19.98 | 2 | 1197 | 3 | 1.10 | 3.20 | 6.40 | 9.00 | 1.60 | 7.00 | 240 |",
 		"| offloaded | bound → shadowpod | 1199 | 0.50 | 4.00 | 6.00 |",

@@ -18,6 +18,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/annexhq/annex/internal/fabric"
 	"github.com/annexhq/annex/internal/gateway"
 	"github.com/annexhq/annex/internal/netnsutil"
 )
@@ -28,15 +29,33 @@ import (
 // (no cluster is involved; it runs before the clusters start, so that
 // nothing else competes for the CPUs):
 //
-//	pod a (10.200.0.5) ─veth─ router a ═══ WireGuard over veth ═══ router b ─veth─ pod b (10.200.0.5)
-//	pod a (172.31.255.1) ──────────────── plain veth ───────────────────────── pod b (172.31.255.2)
+//	tunnel: pod a (10.200.0.5) ─veth─ router a ═══ WireGuard over veth ═══ router b ─veth─ pod b (10.200.0.5)
+//	fabric: pod a2 (10.200.0.6) ─veth─ node a1 ─veth (node network)─ router a ═══ … ═══ router b ─veth─ pod b
+//	veth:   pod a (172.31.255.1) ──────────────── plain veth ──────────────────────── pod b (172.31.255.2)
 //
 // Both clusters use the pod CIDR 10.200.0.0/24, as overlapping clusters do:
 // a sees b's pods as 100.64.0.0/24, b sees a's as 100.65.0.0/24, and the
-// gateways translate (see internal/gateway). The client and the servers are
-// goroutines of the benchmark whose sockets were opened inside the pods'
-// namespaces; the servers listen on the pods' addresses only, inside their
-// namespaces.
+// gateways translate (see internal/gateway). Router a stands for the gateway
+// node of cluster a, whose pod a runs on it; node a1 for another node of
+// cluster a (IP forwarding on), with pod a2 on it. Node a1 and router a share
+// the node network 172.30.0.0/24 (node a1 .2, router a .1). Node a1 runs
+// what the fabric agent programs on such a node (internal/fabric, the plan
+// Gateway 172.30.0.1, Destinations [100.64.0.0/24], Sources [10.200.0.0/24]:
+// a route to b's pods via router a, protocol 97, and the table annex-fabric),
+// and, like a CNI, masquerades what its pods send outside the pod CIDR to
+// its own address (an nftables NAT chain at srcnat priority); the fabric's
+// exemption is what keeps pod a2's address. Router a routes 10.200.0.6/32
+// back via node a1; the gateways' lists (SNAT, allowedSources, accept) cover
+// the whole pod CIDR, so b sees pod a2 as 100.65.0.6. The fabric path is the
+// tunnel path plus one forwarding hop and node a1's route and nftables
+// lookups; the phase checks once per run that node a1's masquerading works
+// (a connection from pod a2 to router a's node address arrives from node
+// a1's address) and that pod b's server sees pod a2's own address, in b's
+// view, on the fabric path (it fails otherwise).
+//
+// The client and the servers are goroutines of the benchmark whose sockets
+// were opened inside the pods' namespaces; the servers listen on the pods'
+// addresses only, inside their namespaces.
 
 // TunnelResult is what the tunnel phase measured.
 type TunnelResult struct {
@@ -56,7 +75,11 @@ type TunnelResult struct {
 
 // TunnelPath is one way from pod a to pod b.
 type TunnelPath struct {
-	Name string `json:"name"` // pathTunnel or pathVeth
+	Name string `json:"name"` // pathTunnel, pathFabric or pathVeth
+	// Source is the client's address as pod b's server saw it on the bulk
+	// connection (in b's view: 100.65.0.5 for pod a, 100.65.0.6 for pod
+	// a2 across the fabric).
+	Source string `json:"source,omitempty"`
 	// Bytes is what the server received during the bulk test, in Seconds
 	// (its first byte to the end of the stream); MBPerSecond their ratio
 	// in 10^6 bytes per second.
@@ -70,6 +93,7 @@ type TunnelPath struct {
 // Paths of the tunnel phase.
 const (
 	pathTunnel = "tunnel"
+	pathFabric = "fabric"
 	pathVeth   = "veth"
 )
 
@@ -94,6 +118,14 @@ var (
 	tunnelVethB     = netip.MustParseAddr("172.31.255.2")
 	tunnelUnderlayA = netip.MustParseAddr("192.0.2.1")
 	tunnelUnderlayB = netip.MustParseAddr("192.0.2.2")
+	tunnelAFromB    = netip.MustParseAddr("100.65.0.5") // pod a, as b sees it
+	// The fabric path: pod a2 on node a1, a non-gateway node of cluster a,
+	// on the node network with router a (the gateway node).
+	tunnelPodA2      = netip.MustParseAddr("10.200.0.6")
+	tunnelA2FromB    = netip.MustParseAddr("100.65.0.6") // pod a2, as b sees it
+	tunnelNodeNet    = netip.MustParsePrefix("172.30.0.0/24")
+	tunnelNodeRouter = netip.MustParseAddr("172.30.0.1") // router a, the gateway node
+	tunnelNodeA1     = netip.MustParseAddr("172.30.0.2")
 )
 
 // tunnelPrereq returns why the phase cannot run here, "" when it can.
@@ -135,23 +167,40 @@ func runTunnel(ctx context.Context, l *logger, dir, bin string) (*TunnelResult, 
 	l.printf("tunnel: namespaces and gateways up (%s*); measuring %s of bulk TCP and %d round trips per path", tn.prefix, tunnelBulk, tunnelRoundTrips)
 	for _, p := range []struct {
 		name         string
-		listen, dial netip.Addr // pod b's address, and what pod a dials
+		client       string     // the client pod's namespace
+		listen, dial netip.Addr // pod b's address, and what the client dials
+		source       netip.Addr // the client's address as pod b sees it
 	}{
-		{pathTunnel, tunnelPodAddr, tunnelBFromA},
-		{pathVeth, tunnelVethB, tunnelVethB},
+		{pathTunnel, tn.ns("pa"), tunnelPodAddr, tunnelBFromA, tunnelAFromB},
+		{pathFabric, tn.ns("pa2"), tunnelPodAddr, tunnelBFromA, tunnelA2FromB},
+		{pathVeth, tn.ns("pa"), tunnelVethB, tunnelVethB, tunnelVethA},
 	} {
 		path := TunnelPath{Name: p.name}
-		if err := tn.measure(ctx, &path, p.listen, p.dial); err != nil {
+		masqBefore, _ := tn.masqueraded()
+		err := tn.measure(ctx, &path, p.client, p.listen, p.dial)
+		if p.name == pathFabric {
+			// Whatever went wrong, say so if node a1 masqueraded pod a2.
+			if n, cerr := tn.masqueraded(); cerr == nil && n > masqBefore {
+				err = errors.Join(err, fmt.Errorf("node a1 masqueraded pod a2's connections to b (%s; %d matched its masquerade rule): the fabric's exemption (table %s) did not hold",
+					tunnelBFromA, n-masqBefore, fabric.TableName))
+			}
+		}
+		if err == nil && path.Source != p.source.String() {
+			err = fmt.Errorf("pod b's server saw the client as %s, not as %s (its own address in b's view): masqueraded on the way", path.Source, p.source)
+		}
+		if err != nil {
 			return res, fmt.Errorf("%s path: %w", p.name, err)
 		}
 		res.Paths = append(res.Paths, path)
-		l.printf("tunnel: %-6s %8.1f MB/s, round trip p50 %.0f µs, p99 %.0f µs", p.name, path.MBPerSecond, path.RTTMicroseconds.P50, path.RTTMicroseconds.P99)
+		l.printf("tunnel: %-6s %8.1f MB/s, round trip p50 %.0f µs, p99 %.0f µs (pod b saw the client as %s)",
+			p.name, path.MBPerSecond, path.RTTMicroseconds.P50, path.RTTMicroseconds.P99, path.Source)
 	}
 	return res, nil
 }
 
 // tunnelNet is the topology: namespaces <prefix>ra, rb (routers), pa, pb
-// (pods), and the gateways running in the routers.
+// (pods), na1 (node a1) and pa2 (pod a2), and the gateways running in the
+// routers.
 type tunnelNet struct {
 	prefix, dir, bin string
 	log              *logger
@@ -175,7 +224,7 @@ func (tn *tunnelNet) setUp(ctx context.Context) error {
 	if err := os.MkdirAll(tn.dir, 0o755); err != nil {
 		return err
 	}
-	for _, n := range []string{"ra", "rb", "pa", "pb"} {
+	for _, n := range []string{"ra", "rb", "pa", "pb", "na1", "pa2"} {
 		if err := tn.ip(ctx, "netns", "add", tn.ns(n)); err != nil {
 			return err
 		}
@@ -208,10 +257,14 @@ func (tn *tunnelNet) setUp(ctx context.Context) error {
 			[]string{"netns", "exec", r, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"},
 		)
 	}
+	cmds = append(cmds, tn.fabricNodeCmds(gw.Addr())...)
 	for _, c := range cmds {
 		if err := tn.ip(ctx, c...); err != nil {
 			return err
 		}
+	}
+	if err := tn.programNodeA1(ctx); err != nil {
+		return fmt.Errorf("node a1: %w", err)
 	}
 	cfgA, cfgB, err := tunnelConfigs()
 	if err != nil {
@@ -381,9 +434,11 @@ func (tn *tunnelNet) cleanup() {
 	}
 }
 
-// measure runs the bulk and the round-trip tests from pod a to pod b:
-// the server listens on listen in pb, the client dials target from pa.
-func (tn *tunnelNet) measure(ctx context.Context, path *TunnelPath, listen, target netip.Addr) error {
+// measure runs the bulk and the round-trip tests from a client pod to pod
+// b: the server listens on listen in pb, the client dials target from
+// namespace client. path.Source is the client's address as the server saw
+// it on the bulk connection.
+func (tn *tunnelNet) measure(ctx context.Context, path *TunnelPath, client string, listen, target netip.Addr) error {
 	ln, err := listenIn(tn.ns("pb"), netip.AddrPortFrom(listen, tunnelPort))
 	if err != nil {
 		return err
@@ -393,6 +448,7 @@ func (tn *tunnelNet) measure(ctx context.Context, path *TunnelPath, listen, targ
 		n       int64
 		elapsed time.Duration
 		err     error
+		from    string // the client's address
 	}
 	served := make(chan bulk, 1)
 	go func() {
@@ -401,13 +457,14 @@ func (tn *tunnelNet) measure(ctx context.Context, path *TunnelPath, listen, targ
 			if err != nil {
 				return
 			}
-			go serveTunnelConn(conn, func(n int64, d time.Duration, err error) { served <- bulk{n, d, err} })
+			from := remoteAddr(conn)
+			go serveTunnelConn(conn, func(n int64, d time.Duration, err error) { served <- bulk{n, d, err, from} })
 		}
 	}()
 	dst := netip.AddrPortFrom(target, tunnelPort)
 
 	// Bulk: send for tunnelBulk, then close; the server counts.
-	conn, err := dialIn(tn.ns("pa"), dst, 5*time.Second)
+	conn, err := dialIn(client, dst, 5*time.Second)
 	if err != nil {
 		return err
 	}
@@ -425,13 +482,13 @@ func (tn *tunnelNet) measure(ctx context.Context, path *TunnelPath, listen, targ
 	if b.err != nil {
 		return fmt.Errorf("bulk: %w", b.err)
 	}
-	path.Bytes, path.Seconds = b.n, b.elapsed.Seconds()
+	path.Bytes, path.Seconds, path.Source = b.n, b.elapsed.Seconds(), b.from
 	if path.Seconds > 0 {
 		path.MBPerSecond = float64(b.n) / path.Seconds / 1e6
 	}
 
 	// Round trips: small messages echoed one at a time.
-	conn, err = dialIn(tn.ns("pa"), dst, 5*time.Second)
+	conn, err = dialIn(client, dst, 5*time.Second)
 	if err != nil {
 		return err
 	}
@@ -442,6 +499,14 @@ func (tn *tunnelNet) measure(ctx context.Context, path *TunnelPath, listen, targ
 	}
 	path.RTTMicroseconds = summarize(rtts)
 	return nil
+}
+
+// remoteAddr is the address (without the port) conn comes from.
+func remoteAddr(conn net.Conn) string {
+	if ap, err := netip.ParseAddrPort(conn.RemoteAddr().String()); err == nil {
+		return ap.Addr().Unmap().String()
+	}
+	return conn.RemoteAddr().String()
 }
 
 // Kinds of connection to the server: the first byte the client sends.
