@@ -95,8 +95,10 @@ func newUninstallCommand(s cli.IOStreams) *cobra.Command {
 		Use:   "uninstall",
 		Short: "Remove Annex from a cluster",
 		Long: `uninstall deletes the annex-agent, its RBAC, the annex-system namespace and Annex's
-CustomResourceDefinitions, and waits until they are gone. It refuses while the
-cluster still has peerings unless --force is given.`,
+CustomResourceDefinitions, and waits until they are gone; with a gateway, the
+annex-fabric pods remove their routes and rules from every node as they go. It
+refuses while the cluster still has peerings or offloaded namespaces (their
+NamespaceOffloadings carry the agent's finalizer) unless --force is given.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := signalContext()
@@ -110,7 +112,7 @@ cluster still has peerings unless --force is given.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: $KUBECONFIG or ~/.kube/config)")
-	f.BoolVar(&o.Force, "force", false, "uninstall even if peerings exist (the peers are not told)")
+	f.BoolVar(&o.Force, "force", false, "uninstall even if peerings exist (the peers are not told) or namespaces are offloaded (their NamespaceOffloadings are deleted, and their finalizers removed after 30 s)")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
 	return cmd
 }

@@ -27,14 +27,18 @@ import (
 	"github.com/annexhq/annex/internal/sandboxnet"
 )
 
-// TestRealNodeSandbox drives `annexctl sandbox up --real-nodes` as `make
-// demo` does as root: three clusters with a real node each, Annex installed
-// from its image (agent and gateway in a pod on the real node), peered
-// through the addresses the sandbox gives; a real container on alpha reaches
-// real containers on beta (by pod IP and by a Service's ClusterIP, through
-// kube-proxy and the gateways) and on gamma (by pod IP, remapped: gamma's
-// pod CIDR overlaps alpha's); `sandbox down` leaves no process or network
-// namespace behind.
+// TestRealNodeSandbox drives `annexctl sandbox up --real-nodes --nodes 2`:
+// three clusters with two real nodes each, Annex installed from its image
+// (agent and gateway in a pod on node 0, the fabric on every node), peered
+// through the addresses the sandbox gives. A real container on alpha's
+// other node reaches real containers on beta's other node (by pod IP and by
+// a Service's ClusterIP, through kube-proxy, the fabric and the gateways)
+// and on gamma's (by pod IP, remapped: gamma's pod CIDR overlaps alpha's),
+// each seeing the caller's own pod address; the fabric confines each node
+// to its own FabricNode, survives a SIGKILL, and follows the gateway when
+// it moves to the other node; after unpeer and uninstall every node's
+// routes, rules and nftables ruleset are as before Annex; `sandbox down`
+// leaves no process or network namespace behind.
 func TestRealNodeSandbox(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: real nodes need root (namespaces, mounts, cgroups, veth devices)")
@@ -49,6 +53,9 @@ func TestRealNodeSandbox(t *testing.T) {
 	images := buildImages(t)
 	dir := filepath.Join(env.dir, "real-sandbox")
 	flags := []string{"--dir", dir}
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Fatalf("the nodes' rulesets are compared with nft (make node-deps installs it): %v", err)
+	}
 	t.Cleanup(func() {
 		if out, err := annexctl(t, append([]string{"sandbox", "down"}, flags...)...); err != nil {
 			t.Errorf("sandbox down: %v\n%s", err, out)
@@ -61,8 +68,8 @@ func TestRealNodeSandbox(t *testing.T) {
 		}
 	})
 	start := time.Now()
-	if out, err := annexctl(t, append([]string{"sandbox", "up", "--real-nodes", "--images", images}, flags...)...); err != nil {
-		t.Fatalf("sandbox up --real-nodes: %v\n%s", err, out)
+	if out, err := annexctl(t, append([]string{"sandbox", "up", "--real-nodes", "--nodes", "2", "--images", images}, flags...)...); err != nil {
+		t.Fatalf("sandbox up --real-nodes --nodes 2: %v\n%s", err, out)
 	}
 	t.Logf("sandbox up --real-nodes took %s", time.Since(start).Round(100*time.Millisecond))
 	if out, err := annexctl(t, append([]string{"sandbox", "up"}, flags...)...); err == nil || !strings.Contains(out, "--real-nodes") {
@@ -115,6 +122,17 @@ func TestRealNodeSandbox(t *testing.T) {
 		}
 	}
 	ca := clients["alpha"]
+	// The fabric: every node but the gateway's routes the peers' ranges
+	// (in its cluster's view) to the gateway node.
+	fabricProgrammed(ctx, t, alpha, ca, "alpha-node-0", "10.201.0.0/16", "10.71.0.0/16", "100.64.0.0/16", "10.72.0.0/16", "10.70.0.0/16")
+	fabricProgrammed(ctx, t, clusters["beta"], clients["beta"], "beta-node-0", "10.200.0.0/16", "10.70.0.0/16")
+	fabricProgrammed(ctx, t, clusters["gamma"], clients["gamma"], "gamma-node-0", "100.64.0.0/16", "10.70.0.0/16")
+	// The providers' pods go to their other node, away from the gateway.
+	for _, p := range []string{"beta", "gamma"} {
+		if out, stderr, err := kubectl(clusters[p].KubeconfigPath(), "cordon", p+"-node-0"); err != nil {
+			t.Fatalf("cordon %s-node-0: %v\n%s%s", p, err, out, stderr)
+		}
+	}
 	const ns = "across"
 	if err := ca.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
@@ -129,10 +147,14 @@ func TestRealNodeSandbox(t *testing.T) {
 		d.Spec.Template.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "annex-" + provider}
 		return d
 	}
-	client0 := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "client"}, Spec: corev1.PodSpec{
-		TerminationGracePeriodSeconds: ptr.To(int64(1)),
-		Containers:                    []corev1.Container{echoContainer(echo, "/echo-server", "serve")},
-	}}
+	clientOn := func(name, node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
+			NodeSelector:                  map[string]string{"kubernetes.io/hostname": node},
+			Containers:                    []corev1.Container{echoContainer(echo, "/echo-server", "serve")},
+		}}
+	}
+	client0 := clientOn("client", "alpha-node-1") // not the gateway's node
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}, Spec: corev1.ServiceSpec{
 		Selector: map[string]string{"app": "web"}, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(echoPort)}}}}
 	for _, o := range []client.Object{onProvider("web", "beta"), onProvider("far", "gamma"), svc, client0} {
@@ -149,14 +171,22 @@ func TestRealNodeSandbox(t *testing.T) {
 			})
 		})
 	}
-	eventually(t, 60*time.Second, "client Ready on alpha's real node", func() error {
-		return podsReady(ctx, ca, "default", "", 1, func(p *corev1.Pod) error {
-			if p.Name != "client" || p.Spec.NodeName != alpha.RealNodeNames()[0] {
-				return fmt.Errorf("pod %s on %q", p.Name, p.Spec.NodeName)
+	clientIP := map[string]string{}
+	clientReady := func(name, node string) {
+		t.Helper()
+		eventually(t, 60*time.Second, name+" Ready on "+node, func() error {
+			p := &corev1.Pod{}
+			if err := ca.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, p); err != nil {
+				return err
 			}
+			if p.Spec.NodeName != node || p.Status.PodIP == "" || !podReady(p) {
+				return fmt.Errorf("pod %s on %q, IP %q, phase %s", p.Name, p.Spec.NodeName, p.Status.PodIP, p.Status.Phase)
+			}
+			clientIP[name] = p.Status.PodIP
 			return nil
 		})
-	})
+	}
+	clientReady("client", "alpha-node-1")
 	clusterIP := func() string {
 		s := &corev1.Service{}
 		if err := ca.Get(ctx, client.ObjectKeyFromObject(svc), s); err != nil {
@@ -165,13 +195,15 @@ func TestRealNodeSandbox(t *testing.T) {
 		return s.Spec.ClusterIP
 	}()
 
-	// get asks the client's container to GET url and checks which node
-	// answered.
-	get := func(what, url, wantNode string) {
+	// get asks a client's container to GET url and checks which node
+	// answered and that it saw the caller as remote (its own pod address,
+	// in the answering cluster's view: no node masqueraded it).
+	get := func(from, what, url, wantNode, remote string) time.Duration {
 		t.Helper()
 		var body string
+		start := time.Now()
 		eventually(t, 30*time.Second, what, func() error {
-			out, stderr, err := kubectl(alpha.KubeconfigPath(), "exec", "client", "--", "/echo-server", "get", url)
+			out, stderr, err := kubectl(alpha.KubeconfigPath(), "exec", from, "--", "/echo-server", "get", url)
 			body = out
 			if err != nil {
 				return fmt.Errorf("%v: %s", err, stderr)
@@ -179,15 +211,53 @@ func TestRealNodeSandbox(t *testing.T) {
 			if !strings.Contains(out, `"node":"`+wantNode+`"`) {
 				return fmt.Errorf("answer %q is not from %s", out, wantNode)
 			}
+			if !strings.Contains(out, `"remote":"`+remote+`:`) {
+				return fmt.Errorf("answer %q: the caller is not seen as %s", out, remote)
+			}
 			return nil
 		})
 		t.Logf("%s: %s", what, strings.TrimSpace(body))
+		return time.Since(start)
 	}
-	get("alpha's client to beta's pod by its IP", "http://"+podIP["beta"]+":8080/", clusters["beta"].RealNodeNames()[0])
-	get("alpha's client to gamma's pod by its remapped IP", "http://"+podIP["gamma"]+":8080/", clusters["gamma"].RealNodeNames()[0])
-	for i := range 3 {
-		get(fmt.Sprintf("alpha's client to Service web's ClusterIP %s (%d)", clusterIP, i+1), "http://"+clusterIP+"/", clusters["beta"].RealNodeNames()[0])
+	// gamma sees alpha's pod CIDR 10.200.0.0/16 as 100.64.0.0/16.
+	inGamma := func(ip string) string { return "100.64." + strings.SplitN(ip, ".", 3)[2] }
+	checkPaths := func(from string) {
+		t.Helper()
+		get(from, from+" to beta's pod by its IP", "http://"+podIP["beta"]+":8080/", "beta-node-1", clientIP[from])
+		get(from, from+" to gamma's pod by its remapped IP", "http://"+podIP["gamma"]+":8080/", "gamma-node-1", inGamma(clientIP[from]))
+		for i := range 3 {
+			get(from, fmt.Sprintf("%s to Service web's ClusterIP %s (%d)", from, clusterIP, i+1), "http://"+clusterIP+"/", "beta-node-1", clientIP[from])
+		}
 	}
+	checkPaths("client")
+
+	out, err = annexctl(t, "status", "--kubeconfig", alpha.KubeconfigPath())
+	if err != nil || !strings.Contains(out, "Fabric: 2 of 2 nodes programmed, gateway on alpha-node-0") {
+		t.Errorf("annexctl status on alpha: %v\n%s", err, out)
+	}
+	checkFabricNodeConfined(ctx, t, alpha, ca, "alpha-node-1", "alpha-node-0")
+	checkFabricRestart(ctx, t, alpha, ca, "alpha-node-1", "alpha-node-0")
+	checkPaths("client")
+
+	// The gateway moves to node 1 (install again with another
+	// --gateway-node): every node follows, and new connections work.
+	moved := time.Now()
+	spec := sandbox.Clusters[0]
+	if out, err := annexctl(t, "install", "--kubeconfig", alpha.KubeconfigPath(), "--cluster-id", "alpha",
+		"--pod-cidr", spec.PodCIDR, "--service-cidr", spec.ServiceCIDR, "--external-cidr", spec.ExternalCIDR,
+		"--image", ociimage.AgentRef(), "--image-pull-policy", string(corev1.PullNever),
+		"--gateway-endpoint", sandboxnet.NodeUnderlayAddr(0, 1).String(), "--gateway-node", "alpha-node-1"); err != nil {
+		t.Fatalf("install with the gateway on alpha-node-1: %v\n%s", err, out)
+	}
+	fabricProgrammed(ctx, t, alpha, ca, "alpha-node-1", "10.201.0.0/16", "100.64.0.0/16")
+	if err := ca.Create(ctx, clientOn("client2", "alpha-node-0")); err != nil {
+		t.Fatal(err)
+	}
+	clientReady("client2", "alpha-node-0")
+	took := get("client2", "client2 on alpha-node-0 (no longer the gateway's) to beta's pod", "http://"+podIP["beta"]+":8080/", "beta-node-1", clientIP["client2"])
+	t.Logf("gateway moved to alpha-node-1: the first new connection from the old gateway node answered %s after the install began (its last try took %s)", time.Since(moved).Round(100*time.Millisecond), took.Round(100*time.Millisecond))
+	checkPaths("client2")
+	checkPaths("client")
 
 	// Every cluster runs metrics-server: `kubectl top` shows its agent's
 	// pod, real containers on its real node.
@@ -296,6 +366,27 @@ func TestRealNodeSandbox(t *testing.T) {
 		})
 		t.Logf("the HPA scaled hot back to 1 replica %s after the load ended", time.Since(loadEnd).Round(time.Second))
 	})
+
+	// Unpeer and uninstall: every real node as before Annex, rule by rule.
+	for _, p := range []string{"beta", "gamma"} {
+		if out, err := annexctl(t, "unpeer", "--kubeconfig", alpha.KubeconfigPath(), "--remote-kubeconfig", clusters[p].KubeconfigPath()); err != nil {
+			t.Fatalf("unpeer %s: %v\n%s", p, err, out)
+		}
+	}
+	if out, err := annexctl(t, "uninstall", "--kubeconfig", alpha.KubeconfigPath()); err == nil || !strings.Contains(out, "annexctl unoffload namespace "+ns) {
+		t.Errorf("uninstall with an offloaded namespace: %v, want a refusal naming it\n%s", err, out)
+	}
+	if out, err := annexctl(t, "unoffload", "namespace", ns, "--kubeconfig", alpha.KubeconfigPath()); err != nil {
+		t.Fatalf("unoffload: %v\n%s", err, out)
+	}
+	for _, name := range []string{"alpha", "beta", "gamma"} {
+		if out, err := annexctl(t, "uninstall", "--kubeconfig", clusters[name].KubeconfigPath()); err != nil {
+			t.Fatalf("uninstall %s: %v\n%s", name, err, out)
+		}
+	}
+	for _, name := range []string{"alpha", "beta", "gamma"} {
+		checkNodesAsBefore(ctx, t, clusters[name])
+	}
 }
 
 // describeHPAMetrics is the current value of each metric of hpa.

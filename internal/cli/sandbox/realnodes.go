@@ -244,6 +244,12 @@ func upReal(ctx context.Context, s cli.IOStreams, o Options) error {
 		return err
 	}
 	s.Step("real nodes on the underlay %s (192.168.77.0/24), each routing the other clusters' API addresses", sandboxnet.UnderlayNetns())
+	for _, c := range clusters {
+		if err := recordBeforeAnnex(ctx, c); err != nil {
+			return err
+		}
+	}
+	s.Step("each real node's routes, rules and nftables ruleset recorded before Annex (<cluster>/nodes/<node>/%s)", BeforeAnnexFile)
 	return forEachCluster(func(i int, spec Spec) error {
 		return installReal(ctx, cli.IOStreams{Out: &prefixWriter{w: out, prefix: spec.Name + ": "}, ErrOut: s.ErrOut}, clusters[i], spec, i)
 	})

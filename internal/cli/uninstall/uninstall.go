@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/chart"
 	"github.com/annexhq/annex/internal/cli"
 )
@@ -39,6 +40,9 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 		case err != nil && !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err):
 			return c.Unreachable(err)
 		}
+	}
+	if err := offloadings(ctx, s, c, o.Force); err != nil {
+		return err
 	}
 	deleteObj := func(obj client.Object) error {
 		err := c.Client.Delete(ctx, obj, client.PropagationPolicy("Background"))
@@ -97,5 +101,64 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 		}
 	}
 	fmt.Fprintf(s.Out, "Annex is uninstalled from %s.\n", c.Host)
+	return nil
+}
+
+// offloadingGrace bounds the wait, with --force, for the agent to remove
+// the NamespaceOffloadings' finalizers before uninstall removes them.
+const offloadingGrace = 30 * time.Second
+
+// offloadings refuses to uninstall while namespaces are offloaded: their
+// NamespaceOffloadings carry the agent's finalizer, and with the agent gone
+// nothing would remove it (their CRD's deletion would hang). With force it
+// deletes them while the agent still runs, and removes the finalizers of
+// those still there after offloadingGrace.
+func offloadings(ctx context.Context, s cli.IOStreams, c *cli.Cluster, force bool) error {
+	list := &offloadingv1alpha1.NamespaceOffloadingList{}
+	if err := c.Client.List(ctx, list); err != nil {
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+			return nil
+		}
+		return c.Unreachable(err)
+	}
+	if len(list.Items) == 0 {
+		return nil
+	}
+	if !force {
+		return fmt.Errorf("%d namespace(s) are still offloaded (namespace %s, ...): annexctl unoffload namespace %s first, or pass --force to delete their NamespaceOffloadings",
+			len(list.Items), list.Items[0].Namespace, list.Items[0].Namespace)
+	}
+	for i := range list.Items {
+		if err := c.Client.Delete(ctx, &list.Items[i]); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	s.Step("deleting %d NamespaceOffloading(s) (--force)...", len(list.Items))
+	deadline := time.Now().Add(offloadingGrace)
+	for {
+		if err := c.Client.List(ctx, list); err != nil {
+			return err
+		}
+		if len(list.Items) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	for i := range list.Items {
+		nso := &list.Items[i]
+		patch := client.MergeFrom(nso.DeepCopy())
+		nso.Finalizers = nil
+		if err := c.Client.Patch(ctx, nso, patch); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	s.Step("removed the finalizers of %d NamespaceOffloading(s) the agent did not process within %s", len(list.Items), offloadingGrace)
 	return nil
 }
