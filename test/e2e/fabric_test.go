@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -230,11 +231,31 @@ func checkNodesAsBefore(ctx context.Context, t *testing.T, c *localcluster.Clust
 			if err != nil {
 				return err
 			}
-			if diff := cmp.Diff(string(before), now); diff != "" {
+			if diff := cmp.Diff(sortChains(string(before)), sortChains(now)); diff != "" {
 				return fmt.Errorf("(-before +now):\n%s", diff)
 			}
 			return nil
 		})
 		t.Logf("%s: as before Annex (%d lines of routes, rules and nftables rules)", n.Name, strings.Count(now, "\n"))
 	}
+}
+
+// sortChains sorts the rules inside each nftables chain of a ruleset's
+// text: kube-proxy rewrites its chains (KUBE-SERVICES) with the Services in
+// an order of its own, which says nothing about what was added or left.
+func sortChains(state string) string {
+	lines := strings.Split(state, "\n")
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		if !strings.HasPrefix(l, "chain ") || !strings.HasSuffix(l, "{") {
+			continue
+		}
+		end := i + 1
+		for end < len(lines) && strings.TrimSpace(lines[end]) != "}" {
+			end++
+		}
+		slices.Sort(lines[i+1 : end])
+		i = end
+	}
+	return strings.Join(lines, "\n")
 }

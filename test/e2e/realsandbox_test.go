@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -378,6 +379,21 @@ func TestRealNodeSandbox(t *testing.T) {
 	}
 	if out, err := annexctl(t, "unoffload", "namespace", ns, "--kubeconfig", alpha.KubeconfigPath()); err != nil {
 		t.Fatalf("unoffload: %v\n%s", err, out)
+	}
+	// The test's own objects go too: kube-proxy's rules for their Services
+	// were not there before either.
+	for _, o := range []client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "client"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "client2"}}} {
+		if err := ca.Delete(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Minute, "alpha's "+o.GetName()+" gone", func() error {
+			if err := ca.Get(ctx, client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("still there (%v)", err)
+			}
+			return nil
+		})
 	}
 	for _, name := range []string{"alpha", "beta", "gamma"} {
 		if out, err := annexctl(t, "uninstall", "--kubeconfig", clusters[name].KubeconfigPath()); err != nil {

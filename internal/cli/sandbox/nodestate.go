@@ -21,9 +21,10 @@ const BeforeAnnexFile = "network-before-annex.txt"
 
 // NodeNetworkState is what a node's network namespace (a path such as
 // /proc/<pid>/ns/net) holds that Annex may change: the IPv4 routes of
-// every table, the policy rules, and the nftables ruleset (iptables-nft's
-// rules included) without counters and handles, one rule per line. It
-// needs nsenter, ip and nft.
+// every table (without the "linkdown" flag, a device's carrier state), the
+// policy rules, and the nftables ruleset (iptables-nft's rules included)
+// without counters and handles, one rule per line. It needs nsenter, ip and
+// nft.
 func NodeNetworkState(ctx context.Context, netns string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
@@ -39,7 +40,13 @@ func NodeNetworkState(ctx context.Context, netns string) (string, error) {
 		if err := cmd.Run(); err != nil {
 			return "", fmt.Errorf("%s in %s: %w: %s", strings.Join(argv, " "), netns, err, strings.TrimSpace(stderr.String()))
 		}
-		fmt.Fprintf(&out, "# %s\n%s", strings.Join(argv, " "), stdout.String())
+		text := stdout.String()
+		if argv[0] == "ip" {
+			// The carrier state of a route's device (a bridge with no
+			// pod attached), not routing configuration.
+			text = strings.ReplaceAll(text, " linkdown", "")
+		}
+		fmt.Fprintf(&out, "# %s\n%s", strings.Join(argv, " "), text)
 	}
 	return out.String(), nil
 }
