@@ -179,7 +179,7 @@ func TestNodeBridgePort(t *testing.T) {
 }
 
 func TestValidateNodes(t *testing.T) {
-	api := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{172, 31, byte(i + 1), 254}) }
+	api := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{172, 31, byte(i + 1), 254}) } //nolint:gosec // G115: i is a small cluster index
 	alpha, beta := Cluster{Name: "alpha", Index: 0}, Cluster{Name: "beta", Index: 1}
 	ok := []Node{
 		{Cluster: alpha, Index: 0, API: api(0)},
