@@ -155,3 +155,9 @@ const (
 // each provider (the only Lease it may write there); a provider removes a
 // tenant whose consumer stopped renewing it.
 const HeartbeatLeaseName = "annex-consumer-heartbeat"
+
+// HeartbeatReleasedUnix is the renewTime (seconds since the Unix epoch: the
+// epoch itself) of a released heartbeat: a consumer that unpeers through
+// its provider sets it, and the provider removes the tenant at once instead
+// of after its grace period.
+const HeartbeatReleasedUnix = 0

@@ -147,12 +147,11 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 		}
 	}
 	left := fmt.Sprintf("tenant namespace %s and the network link on %s (its agent removes them when the heartbeat lapses, after its --tenant-grace-period)", corev1alpha1.TenantNamespaceName(id.ClusterID), pid)
+	// The heartbeat is released last, once this cluster's agent no longer
+	// renews it; the client is built now, while the credentials exist.
+	var provider kubernetes.Interface
 	if graceful {
-		// Release the heartbeat: the provider then removes the tenant at once.
-		if err := releaseHeartbeat(ctx, c, fc, id.ClusterID, o.GracefulTimeout); err == nil {
-			s.Step("released the heartbeat on %s", pid)
-			left = fmt.Sprintf("tenant namespace %s and the network link on %s (its agent removes them now that the heartbeat is released)", corev1alpha1.TenantNamespaceName(id.ClusterID), pid)
-		}
+		provider, _ = providerClient(ctx, c, fc, o.GracefulTimeout)
 	}
 	// Credentials and the rest, locally.
 	both := fc.Status.Role == corev1alpha1.RoleBoth
@@ -183,6 +182,13 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 		}
 	} else if err := keepRole(ctx, s, c, fc, corev1alpha1.RoleConsumer, "consumer "+id.ClusterID); err != nil {
 		return err
+	}
+	if provider != nil {
+		// Released: the provider then removes the tenant at once.
+		if err := releaseHeartbeat(ctx, provider, id.ClusterID); err == nil {
+			s.Step("released the heartbeat on %s", pid)
+			left = fmt.Sprintf("tenant namespace %s and the network link on %s (its agent removes them now that the heartbeat is released)", corev1alpha1.TenantNamespaceName(id.ClusterID), pid)
+		}
 	}
 	fmt.Fprintf(s.Out, "%s no longer consumes resources of %s (%s).\n", id.ClusterID, pid, time.Since(start).Round(100*time.Millisecond))
 	fmt.Fprintf(s.Out, "Not cleaned here (needs the provider): %s.\n", left)
@@ -251,12 +257,14 @@ func providerClient(ctx context.Context, c *cli.Cluster, fc *corev1alpha1.Foreig
 	return kubernetes.NewForConfig(cfg)
 }
 
-func releaseHeartbeat(ctx context.Context, c *cli.Cluster, fc *corev1alpha1.ForeignCluster, localID string, timeout time.Duration) error {
-	cs, err := providerClient(ctx, c, fc, timeout)
-	if err != nil {
-		return err
-	}
-	err = cs.CoordinationV1().Leases(corev1alpha1.TenantNamespaceName(localID)).Delete(ctx, corev1alpha1.HeartbeatLeaseName, deleteOptions())
+// releaseHeartbeat marks this cluster's heartbeat on the provider as
+// released.
+func releaseHeartbeat(ctx context.Context, cs kubernetes.Interface, localID string) error {
+	// Renewed at the epoch rather than deleted: without a Lease the
+	// provider counts the silence from the tenant namespace's creation, so
+	// a young peering would keep its tenant for a whole grace period.
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"renewTime": metav1.NewMicroTime(time.Unix(corev1alpha1.HeartbeatReleasedUnix, 0))}})
+	_, err := cs.CoordinationV1().Leases(corev1alpha1.TenantNamespaceName(localID)).Patch(ctx, corev1alpha1.HeartbeatLeaseName, types.MergePatchType, patch, metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -169,6 +169,10 @@ func (r *Reconciler) lastHeard(ctx context.Context, reader client.Reader, ns *co
 	last := ns.CreationTimestamp.Time
 	lease := &coordinationv1.Lease{}
 	switch err := reader.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: corev1alpha1.HeartbeatLeaseName}, lease); {
+	case err == nil && Released(lease) && !lease.CreationTimestamp.Before(&ns.CreationTimestamp):
+		// The consumer said goodbye (a graceful unpeer): no grace at all,
+		// whatever the agent's own start or outages.
+		return lease.Spec.RenewTime.Time, nil
 	case err == nil && lease.Spec.RenewTime != nil && !lease.CreationTimestamp.Before(&ns.CreationTimestamp):
 		last = lease.Spec.RenewTime.Time
 	case err == nil && lease.Spec.RenewTime != nil:
@@ -187,6 +191,12 @@ func (r *Reconciler) lastHeard(ctx context.Context, reader client.Reader, ns *co
 		last = r.answering
 	}
 	return last, nil
+}
+
+// Released reports whether lease is a released heartbeat (renewed at
+// corev1alpha1.HeartbeatReleasedUnix by a consumer that unpeered).
+func Released(lease *coordinationv1.Lease) bool {
+	return lease.Spec.RenewTime != nil && lease.Spec.RenewTime.Unix() == corev1alpha1.HeartbeatReleasedUnix
 }
 
 // readFailed notes that the API server did not answer a read, so that the

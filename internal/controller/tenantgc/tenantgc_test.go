@@ -86,6 +86,14 @@ func TestReconcile(t *testing.T) {
 			wantNS: []string{"annex-tenant-alpha", "shop-alpha", "shop-delta"}, wantFC: true, wantRequeue: grace - time.Minute + time.Second},
 		{name: "peered again and silent past the grace period", objs: []client.Object{staleLease(time.Minute), fc(corev1alpha1.RoleConsumer)},
 			wantNS: []string{"shop-delta"}},
+		{name: "released by a graceful unpeer: a young tenant goes at once",
+			objs: []client.Object{func() client.Object {
+				l := lease(0)
+				l.CreationTimestamp = metav1.NewTime(now.Add(-time.Minute))
+				l.Spec.RenewTime = &metav1.MicroTime{Time: time.Unix(corev1alpha1.HeartbeatReleasedUnix, 0)}
+				return l
+			}(), fc(corev1alpha1.RoleConsumer)}, tenantAge: time.Minute,
+			wantNS: []string{"shop-delta"}},
 		{name: "we consume them: not a tenant", objs: []client.Object{fc(corev1alpha1.RoleProvider)},
 			wantNS: []string{"annex-tenant-alpha", "shop-alpha", "shop-delta"}, wantFC: true},
 		{name: "both ways: the tenant goes, our peer namespace, the ForeignCluster (now Provider) and the link stay",
