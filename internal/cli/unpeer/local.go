@@ -322,4 +322,3 @@ func (r remover) gracefulFailed(err error, pid string) error {
 	return fmt.Errorf("%w; the provider may have stopped answering: run `annexctl unpeer %s --force` to finish without it", err, pid)
 }
 
-func deleteOptions() metav1.DeleteOptions { return metav1.DeleteOptions{} }
