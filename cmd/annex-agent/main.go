@@ -27,6 +27,8 @@ import (
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/agent"
 	"github.com/annexhq/annex/internal/controller/credentials"
+	"github.com/annexhq/annex/internal/controller/failover"
+	"github.com/annexhq/annex/internal/controller/fencing"
 	"github.com/annexhq/annex/internal/controller/foreigncluster"
 	"github.com/annexhq/annex/internal/controller/gatewayconfig"
 	"github.com/annexhq/annex/internal/controller/heartbeat"
@@ -65,7 +67,7 @@ func run() error {
 	kubeletOpts := kubeletserver.DefaultOptions()
 	var gatewayOpts gatewayconfig.Options
 	renewFraction := 2.0 / 3
-	heartbeatInterval := 30 * time.Second
+	heartbeatInterval := 10 * time.Second
 	tenantGrace := 15 * time.Minute
 	logCfg := textlogger.NewConfig()
 
@@ -83,7 +85,7 @@ func run() error {
 	kubeletOpts.BindFlags(fs)
 	gatewayOpts.BindFlags(fs)
 	fs.Float64Var(&renewFraction, "credentials-renew-fraction", renewFraction, "renew a peering token once this fraction of its lifetime has passed (0 < f < 1)")
-	fs.DurationVar(&heartbeatInterval, "consumer-heartbeat-interval", heartbeatInterval, "how often this cluster, as a consumer, renews its heartbeat Lease on each provider")
+	fs.DurationVar(&heartbeatInterval, "consumer-heartbeat-interval", heartbeatInterval, "how often this cluster, as a consumer, renews its heartbeat Lease on each provider (a namespace offloaded with failover needs fenceAfterSeconds of at least three intervals)")
 	fs.DurationVar(&tenantGrace, "tenant-grace-period", tenantGrace, "how long this cluster, as a provider, keeps a tenant whose consumer stopped renewing its heartbeat before removing it and everything it offloaded")
 	gofs := flag.NewFlagSet("log", flag.ContinueOnError)
 	logCfg.AddFlags(gofs)
@@ -181,6 +183,7 @@ func run() error {
 	netView.SetLocalRanges(id.Prefixes()...)
 	remoteNSOpts.Reader = mgr.GetAPIReader()
 	vnOpts.PodIPTranslator = netView.PodIP
+	sent := &heartbeat.Sent{}
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&foreigncluster.Reconciler{Client: mgr.GetClient(), Remote: remotes},
 		&credentials.Reconciler{Client: mgr.GetClient(), Remotes: remotes, Clock: clock.RealClock{},
@@ -189,13 +192,15 @@ func run() error {
 			replicator.Options{Recorder: mgr.GetEventRecorder("annex-replicator")}),
 		replicator.New(mgr.GetClient(), remotes, id.ClusterID, offloadingv1alpha1.GroupVersion.WithKind("RemoteNamespace"),
 			replicator.Options{Recorder: mgr.GetEventRecorder("annex-replicator")}),
-		&namespaceoffloading.Reconciler{Client: mgr.GetClient(), LocalClusterID: id.ClusterID},
+		&namespaceoffloading.Reconciler{Client: mgr.GetClient(), LocalClusterID: id.ClusterID, HeartbeatInterval: heartbeatInterval},
 		reflection.New(mgr.GetClient(), remotes, id.ClusterID, reflection.Options{Translator: netView}),
 		remotenamespace.New(mgr.GetClient(), mgr.GetEventRecorder("annex-remotenamespace"), remoteNSOpts),
 		shadowpod.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowpod"), shadowPodOpts),
 		shadowendpointslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-shadowendpointslice"), endpointOpts),
 		virtualnode.NewReconciler(mgr, remotes, id.ClusterID, vnOpts),
-		&heartbeat.Reconciler{Client: mgr.GetClient(), Remotes: remotes, LocalClusterID: id.ClusterID, Clock: clock.RealClock{}, Interval: heartbeatInterval},
+		&heartbeat.Reconciler{Client: mgr.GetClient(), Remotes: remotes, LocalClusterID: id.ClusterID, Clock: clock.RealClock{}, Interval: heartbeatInterval, Sent: sent},
+		&failover.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Remotes: remotes, Heartbeats: sent, Recorder: mgr.GetEventRecorder("annex-failover"), Clock: clock.RealClock{}},
+		&fencing.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-fencing"), Clock: clock.RealClock{}},
 		&tenantgc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-tenantgc"), Clock: clock.RealClock{}, GracePeriod: tenantGrace},
 		resourceslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-resourceslice"), id.ClusterID, sliceOpts),
 	}

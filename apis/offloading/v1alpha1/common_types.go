@@ -7,6 +7,9 @@ const (
 	// mirrors the spec) and ShadowEndpointSlice (the real EndpointSlice is up
 	// to date).
 	ConditionReady = "Ready"
+	// ConditionFailover says whether a NamespaceOffloading's failover is in
+	// force: True once every selected provider armed the fence it asks for.
+	ConditionFailover = "Failover"
 )
 
 // Condition reasons used by the kinds of this group.
@@ -35,4 +38,12 @@ const (
 	// ReasonInvalidDirectConnections: entries of the direct-connections
 	// annotation were rejected (details in the message and in Events).
 	ReasonInvalidDirectConnections = "InvalidDirectConnections"
+	// ReasonFenceArmed: every selected provider fences the namespace's pods.
+	ReasonFenceArmed = "FenceArmed"
+	// ReasonFenceNotArmed: a provider has not armed the fence (yet): its
+	// pods are never released.
+	ReasonFenceNotArmed = "FenceNotArmed"
+	// ReasonFenceTooShort: the fence is shorter than three of this
+	// cluster's heartbeat intervals; failover is off.
+	ReasonFenceTooShort = "FenceTooShort"
 )

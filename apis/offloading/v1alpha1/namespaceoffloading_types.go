@@ -84,6 +84,53 @@ type NamespaceOffloadingSpec struct {
 	// +kubebuilder:default=DefaultName
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="namespaceMappingStrategy is immutable"
 	NamespaceMappingStrategy NamespaceMappingStrategy `json:"namespaceMappingStrategy,omitempty"`
+
+	// failover, when set, releases the namespace's pods from a provider
+	// that stays unreachable, so that their controllers (StatefulSets
+	// included) replace them elsewhere, after the provider has stopped
+	// them itself (fencing). Unset (the default): pods on an unreachable
+	// provider stay where they are, NotReady, until it answers again or the
+	// peering is removed. See docs/failover.md.
+	// +optional
+	Failover *Failover `json:"failover,omitempty"`
+}
+
+// FencingMarginSeconds is the least time between a provider's fence and the
+// consumer's release (Failover): it covers the stop of the fenced pods
+// (their grace period is capped at FenceGracePeriodSeconds), the fencing
+// agent's reaction and the clocks' skew.
+const FencingMarginSeconds = 15
+
+// FenceGracePeriodSeconds caps the grace period of a pod stopped by a fence.
+const FenceGracePeriodSeconds = 5
+
+// Failover says when a lost provider's pods are fenced there and released
+// here. The provider measures the silence from the last renewal of this
+// cluster's heartbeat Lease; this cluster measures it from the last renewal
+// it sent, so both count from the same instant and the fence always comes
+// first.
+// +kubebuilder:validation:XValidation:rule="self.releaseAfterSeconds >= self.fenceAfterSeconds + 15",message="releaseAfterSeconds must be at least fenceAfterSeconds + 15 (the fencing margin)"
+type Failover struct {
+	// fenceAfterSeconds (F): a provider that has not seen this cluster's
+	// heartbeat for this long stops the namespace's pods it runs, with a
+	// grace period of at most 5 s. It must be at least three of this
+	// cluster's heartbeat intervals (--consumer-heartbeat-interval),
+	// otherwise failover stays off and the Failover condition says why.
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=86400
+	FenceAfterSeconds int32 `json:"fenceAfterSeconds,omitempty"`
+
+	// releaseAfterSeconds (T): pods on a provider unreachable for this long
+	// are deleted here (at once, without grace: the provider has fenced
+	// them), so their controllers replace them. At least fenceAfterSeconds
+	// + 15.
+	// +optional
+	// +kubebuilder:default=60
+	// +kubebuilder:validation:Minimum=25
+	// +kubebuilder:validation:Maximum=86415
+	ReleaseAfterSeconds int32 `json:"releaseAfterSeconds,omitempty"`
 }
 
 // ProviderNamespaceStatus is the state of the namespace on one provider.

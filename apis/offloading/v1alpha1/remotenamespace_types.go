@@ -19,7 +19,17 @@ type RemoteNamespaceSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="remoteNamespace is immutable"
 	RemoteNamespace string `json:"remoteNamespace"`
+
+	// fenceAfterSeconds, when set, asks the provider to stop the consumer's
+	// pods in the namespace once the consumer's heartbeat Lease has not
+	// been renewed for that long (NamespaceOffloading spec.failover). The
+	// provider acknowledges it in status.fenceAfterSeconds.
+	// +optional
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=86400
+	FenceAfterSeconds *int32 `json:"fenceAfterSeconds,omitempty"`
 }
+
 
 // RemoteNamespaceStatus is the provider's answer.
 type RemoteNamespaceStatus struct {
@@ -39,6 +49,14 @@ type RemoteNamespaceStatus struct {
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// fenceAfterSeconds is the fence the provider's agent has armed for the
+	// namespace (a copy of spec.fenceAfterSeconds once it fences by it;
+	// unset when it does not). The consumer releases pods from an
+	// unreachable provider only while this equals what it asked for: a
+	// provider that never armed the fence may still run them.
+	// +optional
+	FenceAfterSeconds *int32 `json:"fenceAfterSeconds,omitempty"`
 }
 
 // RemoteNamespace asks a provider for one namespace. The consumer's agent
@@ -54,6 +72,7 @@ type RemoteNamespaceStatus struct {
 // +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.spec.sourceNamespace`
 // +kubebuilder:printcolumn:name="Remote",type=string,JSONPath=`.spec.remoteNamespace`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Fence",type=integer,JSONPath=`.status.fenceAfterSeconds`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RemoteNamespace struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -28,13 +28,17 @@ type Options struct {
 	ClusterSelector string
 	PodStrategy     string
 	Mapping         string
-	Wait            bool
-	Timeout         time.Duration
+	// ReleaseAfter, when not zero, turns failover on (spec.failover) with
+	// FenceAfter.
+	ReleaseAfter time.Duration
+	FenceAfter   time.Duration
+	Wait         bool
+	Timeout      time.Duration
 }
 
 // DefaultOptions are the CLI defaults.
 func DefaultOptions() Options {
-	return Options{PodStrategy: string(offloadingv1alpha1.PodOffloadingLocalAndRemote), Mapping: string(offloadingv1alpha1.NamespaceMappingDefaultName), Wait: true, Timeout: 2 * time.Minute}
+	return Options{PodStrategy: string(offloadingv1alpha1.PodOffloadingLocalAndRemote), Mapping: string(offloadingv1alpha1.NamespaceMappingDefaultName), FenceAfter: 30 * time.Second, Wait: true, Timeout: 2 * time.Minute}
 }
 
 // Spec turns the options into a NamespaceOffloading spec, with one clear
@@ -53,6 +57,17 @@ func (o Options) Spec() (offloadingv1alpha1.NamespaceOffloadingSpec, error) {
 	case offloadingv1alpha1.NamespaceMappingDefaultName, offloadingv1alpha1.NamespaceMappingEnforceSameName:
 	default:
 		return spec, fmt.Errorf("--mapping %q: use DefaultName or EnforceSameName", o.Mapping)
+	}
+	if o.ReleaseAfter != 0 {
+		fence, release := o.FenceAfter.Seconds(), o.ReleaseAfter.Seconds()
+		margin := float64(offloadingv1alpha1.FencingMarginSeconds)
+		switch {
+		case fence < 10 || fence > 86400 || fence != float64(int32(fence)):
+			return spec, fmt.Errorf("--failover-fence-after %s: use whole seconds from 10s to 24h", o.FenceAfter)
+		case release < fence+margin || release != float64(int32(release)):
+			return spec, fmt.Errorf("--failover-release-after %s: use whole seconds, at least --failover-fence-after (%s) + %ds", o.ReleaseAfter, o.FenceAfter, offloadingv1alpha1.FencingMarginSeconds)
+		}
+		spec.Failover = &offloadingv1alpha1.Failover{FenceAfterSeconds: int32(fence), ReleaseAfterSeconds: int32(release)}
 	}
 	if o.ClusterSelector != "" {
 		sel, err := labels.Parse(o.ClusterSelector)
@@ -130,6 +145,9 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, ns string, o Opti
 			line += " (" + rn.Message + ")"
 		}
 		s.Step("%s", line)
+	}
+	if f := meta.FindStatusCondition(nso.Status.Conditions, offloadingv1alpha1.ConditionFailover); f != nil {
+		s.Step("failover %s: %s", f.Reason, f.Message)
 	}
 	cond := meta.FindStatusCondition(nso.Status.Conditions, offloadingv1alpha1.ConditionReady)
 	if cond.Status != metav1.ConditionTrue {

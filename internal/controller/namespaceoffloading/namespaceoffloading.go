@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -37,6 +39,26 @@ const Finalizer = "annex.dev/namespace-offloading"
 type Reconciler struct {
 	Client         client.Client
 	LocalClusterID string
+	// HeartbeatInterval is how often this cluster renews its heartbeats:
+	// a failover's fence must be at least MinHeartbeatsPerFence of them.
+	HeartbeatInterval time.Duration
+}
+
+// MinHeartbeatsPerFence is how many heartbeat intervals a fence lasts at
+// least, so that a late renewal or two never fences a healthy consumer.
+const MinHeartbeatsPerFence = 3
+
+// FenceFor is the fence (seconds) the providers are asked to arm for nso,
+// nil when failover is off; msg says why it is off although asked for.
+func (r *Reconciler) FenceFor(nso *offloadingv1alpha1.NamespaceOffloading) (fence *int32, msg string) {
+	f := nso.Spec.Failover
+	if f == nil {
+		return nil, ""
+	}
+	if least := MinHeartbeatsPerFence * r.HeartbeatInterval; time.Duration(f.FenceAfterSeconds)*time.Second < least {
+		return nil, fmt.Sprintf("fenceAfterSeconds %d is less than %d heartbeats of this cluster (--consumer-heartbeat-interval %s): failover is off", f.FenceAfterSeconds, MinHeartbeatsPerFence, r.HeartbeatInterval)
+	}
+	return ptr.To(f.FenceAfterSeconds), ""
 }
 
 // +kubebuilder:rbac:groups=offloading.annex.dev,resources=namespaceoffloadings,verbs=get;list;watch;update;patch
@@ -103,6 +125,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	remoteName := offloadingv1alpha1.RemoteNamespaceName(mapping, ns, r.LocalClusterID)
 
 	// Ask the selected providers; withdraw from the others.
+	fence, _ := r.FenceFor(nso)
 	for _, p := range selected {
 		rn := &offloadingv1alpha1.RemoteNamespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Namespace: corev1alpha1.PeerNamespaceName(p)}}
 		_, err := controllerutil.CreateOrPatch(ctx, r.Client, rn, func() error {
@@ -115,6 +138,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			if rn.CreationTimestamp.IsZero() {
 				rn.Spec = offloadingv1alpha1.RemoteNamespaceSpec{SourceNamespace: ns, RemoteNamespace: remoteName}
 			}
+			rn.Spec.FenceAfterSeconds = fence
 			return nil
 		})
 		if err != nil {
@@ -136,6 +160,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	var entries []offloadingv1alpha1.ProviderNamespaceStatus
+	var unarmed []string
 	for _, rn := range existing {
 		p := providerOf(&rn)
 		if !slices.Contains(selected, p) || !rn.DeletionTimestamp.IsZero() {
@@ -146,11 +171,42 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			e.Phase, e.Message = rn.Status.Phase, rn.Status.Message
 		}
 		entries = append(entries, e)
+		if fence != nil && !Armed(&rn, *fence) {
+			unarmed = append(unarmed, p)
+		}
 	}
 	if err := r.labelNamespace(ctx, ns, &strategy, strings.Join(Targets(entries), ",")); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.patchStatus(ctx, nso, entries, selected, strategy)
+	return ctrl.Result{}, r.patchStatus(ctx, nso, entries, selected, strategy, r.failoverCondition(nso, unarmed))
+}
+
+// Armed reports whether the provider of rn has armed the fence (seconds)
+// this cluster asks for: only then may its pods be released.
+func Armed(rn *offloadingv1alpha1.RemoteNamespace, fence int32) bool {
+	return ptr.Equal(rn.Spec.FenceAfterSeconds, &fence) && ptr.Equal(rn.Status.FenceAfterSeconds, &fence)
+}
+
+// failoverCondition is nso's Failover condition, nil when failover is not
+// asked for; unarmed are the providers that have not armed the fence yet.
+func (r *Reconciler) failoverCondition(nso *offloadingv1alpha1.NamespaceOffloading, unarmed []string) *metav1.Condition {
+	if nso.Spec.Failover == nil {
+		return nil
+	}
+	cond := &metav1.Condition{Type: offloadingv1alpha1.ConditionFailover, ObservedGeneration: nso.Generation}
+	fence, msg := r.FenceFor(nso)
+	switch {
+	case fence == nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, offloadingv1alpha1.ReasonFenceTooShort, msg
+	case len(unarmed) > 0:
+		sort.Strings(unarmed)
+		cond.Status, cond.Reason = metav1.ConditionFalse, offloadingv1alpha1.ReasonFenceNotArmed
+		cond.Message = fmt.Sprintf("provider(s) %s have not armed the fence yet: their pods are never released", strings.Join(unarmed, ", "))
+	default:
+		cond.Status, cond.Reason = metav1.ConditionTrue, offloadingv1alpha1.ReasonFenceArmed
+		cond.Message = fmt.Sprintf("pods are fenced on a provider whose heartbeat is %d s old and released here after %d s", *fence, nso.Spec.Failover.ReleaseAfterSeconds)
+	}
+	return cond
 }
 
 // Targets are the providers the namespace's new pods may be scheduled to
@@ -178,7 +234,7 @@ func Targets(entries []offloadingv1alpha1.ProviderNamespaceStatus) []string {
 	return ready
 }
 
-func (r *Reconciler) patchStatus(ctx context.Context, nso *offloadingv1alpha1.NamespaceOffloading, entries []offloadingv1alpha1.ProviderNamespaceStatus, selected []string, strategy offloadingv1alpha1.PodOffloadingStrategy) error {
+func (r *Reconciler) patchStatus(ctx context.Context, nso *offloadingv1alpha1.NamespaceOffloading, entries []offloadingv1alpha1.ProviderNamespaceStatus, selected []string, strategy offloadingv1alpha1.PodOffloadingStrategy, failover *metav1.Condition) error {
 	orig := nso.DeepCopy()
 	nso.Status.RemoteNamespaces = entries
 	cond := metav1.Condition{Type: offloadingv1alpha1.ConditionReady, ObservedGeneration: nso.Generation}
@@ -206,6 +262,11 @@ func (r *Reconciler) patchStatus(ctx context.Context, nso *offloadingv1alpha1.Na
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, offloadingv1alpha1.ReasonReconciled, fmt.Sprintf("offloaded to %d provider(s)", len(entries))
 	}
 	meta.SetStatusCondition(&nso.Status.Conditions, cond)
+	if failover != nil {
+		meta.SetStatusCondition(&nso.Status.Conditions, *failover)
+	} else {
+		meta.RemoveStatusCondition(&nso.Status.Conditions, offloadingv1alpha1.ConditionFailover)
+	}
 	if equalStatus(orig.Status, nso.Status) {
 		return nil
 	}

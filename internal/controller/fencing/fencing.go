@@ -1,0 +1,244 @@
+// Package fencing owns the provider's side of failover: a consumer that
+// offloads a namespace with failover asks, on its RemoteNamespace here
+// (spec.fenceAfterSeconds, F), that its pods in that namespace be stopped
+// once its heartbeat Lease has not been renewed for F. The reconciler arms
+// that fence (status.fenceAfterSeconds, which the consumer reads before it
+// ever releases a pod) and carries it out: once the Lease's renewTime is F
+// old, it deletes the consumer's ShadowPods in the namespace that existed
+// at that instant, and their pods with a grace period of at most
+// FenceGracePeriodSeconds, so that the consumer, which releases the pods
+// only after a longer time T, never has two copies of one running.
+//
+// The fence counts from the renewTime the consumer wrote, not from when
+// this agent saw it, so nothing here (a restart of this agent, an outage of
+// its API server) delays it: a provider whose API server comes back after
+// an outage longer than F stops the pods as soon as its agent reads them.
+// The clocks of the two clusters are assumed to agree within the fencing
+// margin (docs/failover.md).
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/replicator"
+)
+
+// retry is how soon a fence that could not be read or carried out is tried
+// again: fixed, not the work queue's growing backoff, so that a provider
+// back from an outage fences within a second of answering.
+const retry = time.Second
+
+// Reconciler arms and carries out the fences of the consumers' remote
+// namespaces.
+type Reconciler struct {
+	// Client reads from the manager's cache and writes.
+	Client client.Client
+	// APIReader reads from the API server: a fence is carried out only when
+	// the API server itself confirms the Lease is stale.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+}
+
+// +kubebuilder:rbac:groups=offloading.annex.dev,resources=remotenamespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups=offloading.annex.dev,resources=remotenamespaces/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=offloading.annex.dev,resources=shadowpods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+
+// Reconcile arms or carries out the fence of one RemoteNamespace replica.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	rn := &offloadingv1alpha1.RemoteNamespace{}
+	if err := r.Client.Get(ctx, req.NamespacedName, rn); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	consumer, ok := strings.CutPrefix(rn.Namespace, corev1alpha1.TenantNamespacePrefix)
+	if !replicator.IsReplica(rn) || !ok || consumer == "" || !rn.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("consumer", consumer, "remoteNamespace", rn.Spec.RemoteNamespace)
+	if err := r.arm(ctx, rn); err != nil {
+		return ctrl.Result{}, err
+	}
+	if rn.Spec.FenceAfterSeconds == nil || rn.Status.Phase != offloadingv1alpha1.RemoteNamespaceReady {
+		return ctrl.Result{}, nil
+	}
+	fenceAfter := time.Duration(*rn.Spec.FenceAfterSeconds) * time.Second
+	lease := &coordinationv1.Lease{}
+	key := client.ObjectKey{Namespace: rn.Namespace, Name: corev1alpha1.HeartbeatLeaseName}
+	if err := r.Client.Get(ctx, key, lease); err != nil {
+		// No heartbeat yet: nothing was ever promised to be renewed. Its
+		// creation queues this again.
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	now := r.Clock.Now()
+	if deadline := Deadline(lease, fenceAfter); now.Before(deadline) {
+		return ctrl.Result{RequeueAfter: deadline.Sub(now) + 100*time.Millisecond}, nil
+	}
+	// The cache says the heartbeat is stale: the API server may know a
+	// renewal the cache has not seen yet.
+	if err := r.APIReader.Get(ctx, key, lease); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		log.V(1).Info("Cannot confirm a stale heartbeat, retrying", "error", err.Error())
+		return ctrl.Result{RequeueAfter: retry}, nil
+	}
+	deadline := Deadline(lease, fenceAfter)
+	if now.Before(deadline) {
+		return ctrl.Result{RequeueAfter: deadline.Sub(now) + 100*time.Millisecond}, nil
+	}
+	// ShadowPods made after the deadline come from a consumer heard again;
+	// a released heartbeat (the consumer unpeered) has no such thing.
+	cutoff := deadline
+	if lease.Spec.RenewTime != nil && lease.Spec.RenewTime.Unix() == corev1alpha1.HeartbeatReleasedUnix {
+		cutoff = now
+	}
+	stopped, err := r.fence(ctx, rn.Spec.RemoteNamespace, consumer, cutoff)
+	if err != nil {
+		log.Info("Fence not carried out yet, retrying", "error", err.Error())
+		return ctrl.Result{RequeueAfter: retry}, nil
+	}
+	if stopped > 0 {
+		silent := now.Sub(lease.Spec.RenewTime.Time).Round(time.Second)
+		log.Info("Consumer's heartbeat is older than the fence, stopped its pods", "silentFor", silent, "fenceAfter", fenceAfter, "pods", stopped)
+		r.Recorder.Eventf(rn, nil, corev1.EventTypeWarning, "Fenced", "Fence",
+			"consumer %s has not renewed its heartbeat for %s (fence after %s): stopped %d of its pod(s) in namespace %s; it may replace them elsewhere",
+			consumer, silent, fenceAfter, stopped, rn.Spec.RemoteNamespace)
+	}
+	return ctrl.Result{}, nil
+}
+
+// Deadline is when the fence of a heartbeat lease falls: fenceAfter after
+// its last renewal (after its creation if it was never renewed). A
+// released heartbeat (a graceful unpeer) is renewed at the epoch: its fence
+// has long fallen.
+func Deadline(lease *coordinationv1.Lease, fenceAfter time.Duration) time.Time {
+	if lease.Spec.RenewTime == nil {
+		return lease.CreationTimestamp.Add(fenceAfter)
+	}
+	return lease.Spec.RenewTime.Add(fenceAfter)
+}
+
+// arm records in rn's status the fence this agent carries out for it.
+func (r *Reconciler) arm(ctx context.Context, rn *offloadingv1alpha1.RemoteNamespace) error {
+	want := rn.Spec.FenceAfterSeconds
+	if ptr.Equal(want, rn.Status.FenceAfterSeconds) {
+		return nil
+	}
+	orig := rn.DeepCopy()
+	rn.Status.FenceAfterSeconds = nil
+	if want != nil {
+		rn.Status.FenceAfterSeconds = ptr.To(*want)
+	}
+	if err := r.Client.Status().Patch(ctx, rn, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("arm the fence: %w", err)
+	}
+	if want != nil {
+		ctrl.LoggerFrom(ctx).Info("Fence armed", "remoteNamespace", rn.Spec.RemoteNamespace, "fenceAfterSeconds", *want)
+	}
+	return nil
+}
+
+// fence deletes the ShadowPods of namespace ns that existed at cutoff
+// (later ones were created by the consumer after it was heard again; the
+// API server's creation times have whole seconds, so one made within a
+// second after the cutoff may be fenced too and is then made again) and
+// their pods with a grace period of at most FenceGracePeriodSeconds. It
+// returns how many pods it stopped.
+func (r *Reconciler) fence(ctx context.Context, ns, consumer string, cutoff time.Time) (int, error) {
+	sps := &offloadingv1alpha1.ShadowPodList{}
+	if err := r.APIReader.List(ctx, sps, client.InNamespace(ns)); err != nil {
+		return 0, err
+	}
+	stopped := 0
+	for i := range sps.Items {
+		sp := &sps.Items[i]
+		if sp.CreationTimestamp.After(cutoff) {
+			continue
+		}
+		if sp.DeletionTimestamp.IsZero() {
+			uid := sp.UID
+			if err := r.Client.Delete(ctx, sp, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				return stopped, fmt.Errorf("delete ShadowPod %s/%s: %w", ns, sp.Name, err)
+			}
+		}
+		n, err := r.stopPod(ctx, sp)
+		if err != nil {
+			return stopped, err
+		}
+		stopped += n
+	}
+	return stopped, nil
+}
+
+// stopPod deletes the pod of sp, if it still runs, with a grace period of
+// at most FenceGracePeriodSeconds (the garbage collector would give it its
+// own, which may be longer than the fencing margin).
+func (r *Reconciler) stopPod(ctx context.Context, sp *offloadingv1alpha1.ShadowPod) (int, error) {
+	pod := &corev1.Pod{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sp.Namespace, Name: sp.Name}, pod); err != nil {
+		return 0, client.IgnoreNotFound(err)
+	}
+	if ref := metav1.GetControllerOf(pod); ref == nil || ref.UID != sp.UID {
+		return 0, nil
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return 0, nil
+	}
+	grace := int64(offloadingv1alpha1.FenceGracePeriodSeconds)
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil && *g < grace {
+		grace = *g
+	}
+	if pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds <= grace {
+		return 1, nil // already stopping within the bound
+	}
+	uid := pod.UID
+	if err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &uid}, client.GracePeriodSeconds(grace)); client.IgnoreNotFound(err) != nil {
+		return 0, fmt.Errorf("stop pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return 1, nil
+}
+
+// SetupWithManager watches the RemoteNamespace replicas and the heartbeat
+// Leases of their tenant namespaces.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	byLease := func(ctx context.Context, o client.Object) []reconcile.Request {
+		if o.GetName() != corev1alpha1.HeartbeatLeaseName || !replicator.InTenantNamespace(o) {
+			return nil
+		}
+		list := &offloadingv1alpha1.RemoteNamespaceList{}
+		if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace())); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(list.Items))
+		for i := range list.Items {
+			if list.Items[i].Spec.FenceAfterSeconds != nil {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+			}
+		}
+		return out
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("fencing").
+		For(&offloadingv1alpha1.RemoteNamespace{}).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(byLease)).
+		Complete(r)
+}
