@@ -164,6 +164,16 @@ func (r *Reconciler) arm(ctx context.Context, rn *offloadingv1alpha1.RemoteNames
 // their pods with a grace period of at most FenceGracePeriodSeconds. It
 // returns how many pods it stopped.
 func (r *Reconciler) fence(ctx context.Context, ns, consumer string, cutoff time.Time) (int, error) {
+	// Only the consumer's own namespace: a RemoteNamespace that names
+	// another one (refused by the remotenamespace controller, but its status
+	// may lag) fences nothing.
+	namespace := &corev1.Namespace{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: ns}, namespace); err != nil {
+		return 0, client.IgnoreNotFound(err)
+	}
+	if namespace.Labels[corev1alpha1.LabelManagedBy] != corev1alpha1.ManagedByAnnex || namespace.Labels[corev1alpha1.LabelRemoteClusterID] != consumer {
+		return 0, nil
+	}
 	sps := &offloadingv1alpha1.ShadowPodList{}
 	if err := r.APIReader.List(ctx, sps, client.InNamespace(ns)); err != nil {
 		return 0, err

@@ -55,6 +55,12 @@ func replica(f *int32) *offloadingv1alpha1.RemoteNamespace {
 	}
 }
 
+// remoteNamespaceOf is the remote namespace, belonging to consumer.
+func remoteNamespaceOf(consumer string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: remoteNS,
+		Labels: map[string]string{corev1alpha1.LabelRemoteClusterID: consumer, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}}}
+}
+
 // heartbeat is alpha's heartbeat Lease, last renewed at renewed.
 func heartbeat(renewed time.Time) *coordinationv1.Lease {
 	rt := metav1.NewMicroTime(renewed)
@@ -173,7 +179,15 @@ func TestReconcile(t *testing.T) {
 		wantGrace map[string]*int64
 		// wantEvent is a substring of the only Event expected; none when empty.
 		wantEvent string
+		// owner is the consumer the remote namespace belongs to; alpha when empty.
+		owner string
 	}{
+		{name: "attack: a RemoteNamespace naming another consumer's namespace (its Ready status forged or stale) fences nothing there",
+			rn:        replica(ptr.To[int32](fence)),
+			objs:      append(workload(), heartbeat(now.Add(-time.Hour))),
+			owner:     "delta",
+			wantArmed: ptr.To[int32](fence),
+			wantPods:  all, wantSPs: all},
 		{name: "no fence asked: nothing armed, nothing stopped although the heartbeat is stale",
 			rn:       replica(nil),
 			objs:     append(workload(), heartbeat(now.Add(-time.Hour))),
@@ -325,8 +339,12 @@ func TestReconcile(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &deletes{}
+			owner := tc.owner
+			if owner == "" {
+				owner = "alpha"
+			}
 			base := fake.NewClientBuilder().WithScheme(testScheme()).WithStatusSubresource(&offloadingv1alpha1.RemoteNamespace{}).
-				WithObjects(append(tc.objs, tc.rn)...).Build()
+				WithObjects(append(tc.objs, tc.rn, remoteNamespaceOf(owner))...).Build()
 			c := interceptor.NewClient(base, d.funcs())
 			rec := events.NewFakeRecorder(10)
 			r := &Reconciler{Client: c, APIReader: base, Recorder: rec, Clock: clocktesting.NewFakePassiveClock(now)}
@@ -388,7 +406,7 @@ func TestReconcileConfirmsWithTheAPIServer(t *testing.T) {
 			wantStopped: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			liveObjs := workload()
+			liveObjs := append(workload(), remoteNamespaceOf("alpha"))
 			if tc.live != nil {
 				liveObjs = append(liveObjs, tc.live)
 			}
@@ -424,7 +442,7 @@ func TestReconcileConfirmsWithTheAPIServer(t *testing.T) {
 // server cannot confirm is looked at again a second later, not with the
 // work queue's growing backoff.
 func TestReconcileRetriesWhileTheAPIServerFails(t *testing.T) {
-	objs := append(shadowed("web-0", now.Add(-time.Hour), nil), heartbeat(now.Add(-time.Minute)), replica(ptr.To[int32](fence)))
+	objs := append(shadowed("web-0", now.Add(-time.Hour), nil), heartbeat(now.Add(-time.Minute)), replica(ptr.To[int32](fence)), remoteNamespaceOf("alpha"))
 	base := fake.NewClientBuilder().WithScheme(testScheme()).WithStatusSubresource(&offloadingv1alpha1.RemoteNamespace{}).WithObjects(objs...).Build()
 	for _, tc := range []struct {
 		name  string

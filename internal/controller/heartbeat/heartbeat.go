@@ -19,7 +19,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	"github.com/annexhq/annex/internal/controller/predicates"
@@ -149,8 +152,20 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return err
 		}
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("heartbeat").
-		For(&corev1alpha1.ForeignCluster{}, builder.WithPredicates(predicates.SpecChanged())).
-		Complete(r)
+		For(&corev1alpha1.ForeignCluster{}, builder.WithPredicates(predicates.SpecChanged()))
+	if sub, ok := r.Remotes.(subscriber); ok {
+		// A provider that answers again is renewed at once, not at the
+		// next tick: over a flapping link the ticks may keep missing the
+		// moments it answers, and its fence would fall although this
+		// cluster is alive.
+		b = b.WatchesRawSource(source.Channel(sub.Subscribe(), &handler.TypedEnqueueRequestForObject[*corev1alpha1.ForeignCluster]{}))
+	}
+	return b.Complete(r)
+}
+
+// subscriber is what Remotes may also do: tell reachability changes.
+type subscriber interface {
+	Subscribe() <-chan event.TypedGenericEvent[*corev1alpha1.ForeignCluster]
 }
