@@ -30,7 +30,6 @@ type RemoteNamespaceSpec struct {
 	FenceAfterSeconds *int32 `json:"fenceAfterSeconds,omitempty"`
 }
 
-
 // RemoteNamespaceStatus is the provider's answer.
 type RemoteNamespaceStatus struct {
 	// phase is Pending until the provider created the namespace (Ready) or

@@ -321,4 +321,3 @@ func (r remover) delete(cl *cli.Cluster, obj client.Object, what string, timeout
 func (r remover) gracefulFailed(err error, pid string) error {
 	return fmt.Errorf("%w; the provider may have stopped answering: run `annexctl unpeer %s --force` to finish without it", err, pid)
 }
-
