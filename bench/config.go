@@ -46,6 +46,9 @@ type Config struct {
 	// mode, with FreshPods pods (zero in runs from before the phase).
 	FreshTrials int `json:"freshTrials,omitempty"`
 	FreshPods   int `json:"freshPods,omitempty"`
+	// FailoverTrials is how many times each fault of the failover phase
+	// runs (zero in runs from before the phase).
+	FailoverTrials int `json:"failoverTrials,omitempty"`
 	// AgentArgs are extra flags of both agents (e.g. -v=1 to see why
 	// something waits); a run with any is customized.
 	AgentArgs []string `json:"agentArgs,omitempty"`
@@ -60,13 +63,16 @@ const (
 	phaseFresh     = "fresh"
 	phaseFootprint = "footprint"
 	phaseFailure   = "failure"
+	phaseFailover  = "failover"
 	phaseUnpeer    = "unpeer"
 )
 
 // stream and fresh run after burst (which normally takes the footprint
-// window with the pods of its last N=1000 trial) and before the failure and
-// unpeer phases, which kill the provider's API server and peer again.
-var allPhases = []string{phaseTunnel, phaseIdle, phaseBurst, phaseStream, phaseFresh, phaseFootprint, phaseFailure, phaseUnpeer}
+// window with the pods of its last N=1000 trial) and before the failure,
+// failover and unpeer phases, which kill the provider's API server and peer
+// again. failover runs before unpeer, whose provider agent removes a tenant
+// silent for 10 s (a partition of the failover phase would lose it).
+var allPhases = []string{phaseTunnel, phaseIdle, phaseBurst, phaseStream, phaseFresh, phaseFootprint, phaseFailure, phaseFailover, phaseUnpeer}
 
 // presets are the scales `make bench BENCH_SCALE=...` chooses from.
 var presets = map[string]Config{
@@ -78,6 +84,7 @@ var presets = map[string]Config{
 		Settle:        Duration(5 * time.Second), Window: Duration(30 * time.Second),
 		StreamRate: 20, StreamDuration: Duration(time.Minute),
 		FreshTrials: 3, FreshPods: 20,
+		FailoverTrials: 1,
 	},
 	"full": {
 		BurstSizes: []int{10, 100, 1000, 5000}, BurstTrials: 3,
@@ -87,6 +94,7 @@ var presets = map[string]Config{
 		Settle:        Duration(30 * time.Second), Window: Duration(60 * time.Second),
 		StreamRate: 20, StreamDuration: Duration(5 * time.Minute),
 		FreshTrials: 5, FreshPods: 20,
+		FailoverTrials: 3,
 	},
 }
 
@@ -108,6 +116,7 @@ func configFromFlags(fs *flag.FlagSet, args []string) (Config, options, error) {
 	streamDuration := fs.Duration("stream-duration", 0, "override how long the pod-startup stream runs in each mode (small: 1m, full: 5m)")
 	freshTrials := fs.Int("fresh-trials", 0, "override the trials per mode of the burst into a fresh namespace (small: 3, full: 5)")
 	freshPods := fs.Int("fresh-pods", 0, "override the pods of the burst into a fresh namespace (20)")
+	failoverTrials := fs.Int("failover-trials", 0, "override the trials per fault (killed, partitioned) of the failover phase (small: 1, about 2½ minutes; full: 3)")
 	phases := fs.String("phases", "", "run only these phases (comma-separated: "+strings.Join(allPhases, ",")+")")
 	placements := fs.String("placements", strings.Join(allPlacements, ","), "run every burst trial in these placements (comma-separated): "+
 		"shared (every process on every CPU) and pinned (the consumer's processes on one CPU, the provider's on another; needs 2 CPUs)")
@@ -153,6 +162,7 @@ func configFromFlags(fs *flag.FlagSet, args []string) (Config, options, error) {
 	override(&c.FootprintPods, *footprintPods)
 	override(&c.FreshTrials, *freshTrials)
 	override(&c.FreshPods, *freshPods)
+	override(&c.FailoverTrials, *failoverTrials)
 	if *streamRate < 0 || *streamDuration < 0 {
 		return c, o, errors.New("-stream-rate and -stream-duration must be positive")
 	}
@@ -215,13 +225,14 @@ func (c Config) needsClusters() bool {
 	return false
 }
 
-// custom reports whether the run departs from its preset. The stream and
-// fresh settings count only when set: runs from before those phases have
-// none.
+// custom reports whether the run departs from its preset. The stream,
+// fresh and failover settings count only when set: runs from before those
+// phases have none.
 func (c Config) custom() bool {
 	p := presets[c.Scale]
 	newer := c.StreamRate > 0 && (c.StreamRate != p.StreamRate || c.StreamDuration != p.StreamDuration) ||
-		c.FreshTrials > 0 && (c.FreshTrials != p.FreshTrials || c.FreshPods != p.FreshPods)
+		c.FreshTrials > 0 && (c.FreshTrials != p.FreshTrials || c.FreshPods != p.FreshPods) ||
+		c.FailoverTrials > 0 && c.FailoverTrials != p.FailoverTrials
 	return fmt.Sprint(p.BurstSizes, p.BurstTrials, p.FailurePods, p.FailureTrials, p.UnpeerSizes, p.UnpeerTrials, p.FootprintPods, p.Settle, p.Window) !=
 		fmt.Sprint(c.BurstSizes, c.BurstTrials, c.FailurePods, c.FailureTrials, c.UnpeerSizes, c.UnpeerTrials, c.FootprintPods, c.Settle, c.Window) ||
 		newer || len(c.Phases) > 0 || len(c.AgentArgs) > 0 || fmt.Sprint(c.placements()) != fmt.Sprint(allPlacements) && len(c.Placements) > 0

@@ -34,6 +34,11 @@
 //   - failure: a Service's offloaded pods while the provider's API server is
 //     killed or paused, until the endpoints are withdrawn, and after the
 //     resume until they are back;
+//   - failover: a StatefulSet in a namespace offloaded with failover
+//     (F = 10 s, T = 25 s) on a provider that is killed or partitioned (the
+//     consumer reaching it through an internal/partition proxy, cut): time
+//     until every member runs Ready on the consumer's own node, and the
+//     samples (every 100 ms) in which one member ran in both places;
 //   - unpeer: `annexctl unpeer --force` with a dead provider.
 //
 // The clusters and agents are stopped at the end, also on failure and on
@@ -256,6 +261,12 @@ func measure(ctx context.Context, l *logger, dir string, o options, cfg Config, 
 		if ctx.Err() == nil {
 			fail(phaseFailure+" (clean-up)", failureCleanup(ctx, e, cfg.FailurePods))
 		}
+		others()
+	}
+	if cfg.runs(phaseFailover) && cfg.FailoverTrials > 0 && ctx.Err() == nil {
+		trials, err := runFailovers(ctx, e, cfg)
+		r.Failovers = append(r.Failovers, trials...)
+		fail(phaseFailover, err)
 		others()
 	}
 	if cfg.runs(phaseUnpeer) && ctx.Err() == nil {

@@ -102,6 +102,7 @@ func markdown(r *Results, outDir string) string {
 	renderStreams(&b, r)
 	renderFresh(&b, r)
 	renderFailures(&b, r)
+	renderFailovers(&b, r)
 	renderUnpeers(&b, r)
 	renderWindows(&b, r)
 	renderTunnel(&b, r)
@@ -558,6 +559,73 @@ func renderFailures(b *strings.Builder, r *Results) {
 			s.APIServer.P50, s.RecoveryAfterAPI.P50, s.RecoveryAfterAPI.P99, s.RecoveryAfterAPI.Max)
 	}
 	p("\n")
+}
+
+func renderFailovers(b *strings.Builder, r *Results) {
+	stats := summarizeFailovers(r.Failovers)
+	if len(stats) == 0 {
+		return
+	}
+	t0 := r.Failovers[0]
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("## Failover\n\n")
+	p("Namespace `%s` of the consumer is offloaded with pod strategy LocalAndRemote and failover (fenceAfterSeconds F = %d, releaseAfterSeconds T = %d; "+
+		"the consumer's agent renews its heartbeat every 2 s for this phase, `%s`). Each trial creates a StatefulSet of %d members (podManagementPolicy Parallel, "+
+		"the bursts' pod template) with the consumer's own node cordoned, so that every member runs on %s, uncordons that node, waits %s and then "+
+		"**killed**: kills %s's API server (SIGKILL) or **partitioned**: cuts the proxy (`internal/partition`) that is the consumer's only way to %s "+
+		"(its ForeignCluster's spec.apiServerURL, the agent restarted so that no earlier connection goes around it; %s's agent never calls the consumer, "+
+		"so its only news of it, the heartbeat, is cut too). Failover is from the fault to the last member seen Ready on the consumer's node (a watch of "+
+		"the consumer's pods); released is until the first replacement appeared; the heartbeat's age at the fault is how old the consumer's Lease on %s was "+
+		"(the release falls T after the last heartbeat sent). Partitioned: fenced is until the last sample in which %s listed a member Running and not being "+
+		"deleted, stopped until the last in which it listed one Running. Killed: once every member ran elsewhere the API server is "+
+		"restarted; stale is from its first answer until the last sample in which it listed one of its old members Running and not being deleted, and until "+
+		"none was listed Running. Who stopped them: *Fenced Event* counts the trials in which the provider's agent recorded its Fenced Event (it fenced them "+
+		"itself); otherwise the consumer's agent, reaching the provider again, deleted the orphaned ShadowPods and the provider's garbage collector their pods, "+
+		"with the pods' own grace period. Overlaps: every %s, %s's pods in `%s` and the consumer's pods on its own node are listed, "+
+		"from the StatefulSet's creation to its deletion; an overlap is a sample in which one member was Running (also while being deleted) in both. A "+
+		"provider that does not answer runs nothing; the killed provider's stale copies after its restart are counted apart (samples with stale copies), "+
+		"not as overlaps. After each trial %s is brought back (restarted, or healed and reached directly again) and the StatefulSet deleted. "+
+		"Seconds, p50 over the trials that did not fail.\n\n",
+		failoverNS, t0.FenceAfterSeconds, t0.ReleaseAfterSeconds, strings.Join(failoverConsumerArgs, " "), t0.Members, providerName, failoverQuiet,
+		providerName, providerName, providerName, providerName, providerName, failoverSample, providerName, remoteNS(failoverNS), providerName)
+	p("| fault | trials | failover p50 | failover max | released p50 | heartbeat age at the fault p50 | fenced on %s p50 | stopped on %s p50 | API server back after restart p50 | stale until being deleted p50 | stale until gone p50 | Fenced Event | samples | samples with stale copies | overlaps |\n",
+		providerName, providerName)
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	f := func(x Summary, v float64) string {
+		if x.N == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", v)
+	}
+	for _, s := range stats {
+		trials := fmt.Sprint(s.Trials)
+		if s.Failed > 0 {
+			trials += fmt.Sprintf(" (%d failed)", s.Failed)
+		}
+		stale := "–"
+		if s.Fault == faultKilled {
+			stale = fmt.Sprint(s.StaleSamples)
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d of %d | %d | %s | %d |\n", s.Fault, trials, f(s.Failover, s.Failover.P50), f(s.Failover, s.Failover.Max),
+			f(s.Released, s.Released.P50), f(s.HeartbeatAge, s.HeartbeatAge.P50), f(s.Fenced, s.Fenced.P50), f(s.Stopped, s.Stopped.P50),
+			f(s.APIServerBack, s.APIServerBack.P50), f(s.StaleFenced, s.StaleFenced.P50), f(s.StaleRunning, s.StaleRunning.P50), s.ProviderFenced, s.Failover.N,
+			s.Samples, stale, s.Overlaps)
+	}
+	p("\n")
+	listed := false
+	for _, t := range r.Failovers {
+		if t.Error != "" {
+			p("- Trial %d %s failed: %s\n", t.Trial, t.Fault, cell(t.Error))
+			listed = true
+		}
+		if t.FirstOverlap != "" {
+			p("- Trial %d %s: first overlap: %s\n", t.Trial, t.Fault, cell(t.FirstOverlap))
+			listed = true
+		}
+	}
+	if listed {
+		p("\n")
+	}
 }
 
 func renderUnpeers(b *strings.Builder, r *Results) {

@@ -44,6 +44,12 @@ func sampleResults() *Results {
 			FailureTrial{Fault: faultHung, Trial: i + 1, Pods: 100, DetectionSeconds: 4, RecoverySeconds: 2, APIServerReadySeconds: 0.1, RecoveryAfterAPIServerSeconds: 1.9})
 	}
 	r.Unpeers = []UnpeerTrial{{N: 10, Trial: 1, CommandSeconds: 3, CleanSeconds: 3}, {N: 100, Trial: 1, CommandSeconds: 6, CleanSeconds: 6}}
+	r.Failovers = []FailoverTrial{
+		{Fault: faultKilled, Trial: 1, Members: 3, FenceAfterSeconds: 10, ReleaseAfterSeconds: 25, FailoverSeconds: 27.5, ReleasedSeconds: 24.2, HeartbeatAgeSeconds: 1.1,
+			APIServerBackSeconds: 3.2, StaleFencedSeconds: 0.8, StaleRunningSeconds: 5.9, StaleSamples: 52, Samples: 700, Overlaps: 0, ProviderFenced: true},
+		{Fault: faultPartitioned, Trial: 1, Members: 3, FenceAfterSeconds: 10, ReleaseAfterSeconds: 25, FailoverSeconds: 36.5, ReleasedSeconds: 34, HeartbeatAgeSeconds: 0.5,
+			FencedSeconds: 9.6, StoppedSeconds: 15.2, ProviderFenced: true, Samples: 650, Overlaps: 2, FirstOverlap: "db-1 Running on beta and on alpha's node at T"},
+	}
 	agents := func(rss int64, writes float64) []AgentWindow {
 		return []AgentWindow{
 			{Cluster: "alpha", Role: "consumer", RSSMaxBytes: rss, CPUSeconds: 0.3, Writes: writes * 30, WritesPerSecond: writes,
@@ -99,9 +105,12 @@ func TestEvaluate(t *testing.T) {
 		keyFirstReady:  "+2.50 s at N=1000 pinned (3.00 s vs 0.50 s); the largest of 2 (N, placement) pairs => **no**",
 		keyDetection:   "dead 3.00 s, hung 4.00 s => yes",
 		keyRecovery:    "dead 2.50 s, hung 1.90 s => yes",
-		keyUnpeer:      "N=10 3.0 s, N=100 6.0 s => yes",
-		keyRSS:         "200 MiB => **no**",
-		keyWrites:      "consumer 0.10/s, provider 0.00/s; liveness writes besides: consumer 0.50/s, provider 0.00/s => **no**",
+		keyFailover:    "killed 27.5 s, partitioned 36.5 s => **no**",
+		keyOverlaps: "2 in 1350 samples; apart: after its restart the killed provider listed its stale copies Running 0.8 s after its API server answered, " +
+			"until they were being deleted (5.9 s until none was listed Running; p50; its agent fenced them in 1 of 1 trials) => **no**",
+		keyUnpeer: "N=10 3.0 s, N=100 6.0 s => yes",
+		keyRSS:    "200 MiB => **no**",
+		keyWrites: "consumer 0.10/s, provider 0.00/s; liveness writes besides: consumer 0.50/s, provider 0.00/s => **no**",
 		keyStartupSLO: "6.40 s (p50 1.10 s, p90 3.20 s; 1200 pods at 20.0/s); direct 1.50 s (p50 0.20 s); " +
 			"3 pods not started within 1m0s of the last create, 0 create calls failed => **no**",
 		keyFresh: "+1.50 s (3.00 s vs 1.50 s; first Ready 1.00 s vs 0.50 s); 1 of 3 offloaded trials failed (pods not all Ready within 1m0s) => **no**",
@@ -135,6 +144,11 @@ func TestMarkdown(t *testing.T) {
 		"were 98% busy during the direct trials and 99% during the offloaded ones",
 		"| dead | 3 | 3.00 | 3.00 | 3.00 | 5.00 |",
 		"| 100 | 1 | 6.00 | 6.00 | 6.00 | 6.00 |",
+		"## Failover",
+		"| killed | 1 | 27.50 | 27.50 | 24.20 | 1.10 | – | – | 3.20 | 0.80 | 5.90 | 1 of 1 | 700 | 52 | 0 |",
+		"| partitioned | 1 | 36.50 | 36.50 | 34.00 | 0.50 | 9.60 | 15.20 | – | – | – | 1 of 1 | 650 | – | 2 |",
+		"- Trial 1 partitioned: first overlap: db-1 Running on beta and on alpha's node at T",
+		"partitioned: the heartbeat was 0.5 s old at the fault, the first replacement appeared 34.0 s after it",
 		"| consumer (alpha) | 1000 | 200.0 |",
 		"| consumer (alpha) | 1000 | 0.60 | 0.50 | 0.10 | 18 | PUT on alpha: 18 |",
 		"The writes that remain, by object (from the API servers' watches; see Status churn): 3× modified a peer's status",
@@ -341,7 +355,7 @@ func TestRender(t *testing.T) {
 	}
 	back := &Results{}
 	data, _ = os.ReadFile(path)
-	if err := json.Unmarshal(data, back); err != nil || len(back.Targets) != 10 || len(back.Bursts) != len(r.Bursts) {
+	if err := json.Unmarshal(data, back); err != nil || len(back.Targets) != 12 || len(back.Bursts) != len(r.Bursts) {
 		t.Errorf("rewritten JSON: %v, %d targets", err, len(back.Targets))
 	}
 }

@@ -14,18 +14,19 @@ import (
 
 // Results is everything one run measured; it is written as JSON as is.
 type Results struct {
-	Environment Environment    `json:"environment"`
-	Config      Config         `json:"config"`
-	Targets     []TargetResult `json:"targets"`
-	Bursts      []BurstTrial   `json:"bursts,omitempty"`
-	Streams     []StreamRun    `json:"streams,omitempty"`
-	Fresh       []FreshTrial   `json:"fresh,omitempty"`
-	Failures    []FailureTrial `json:"failures,omitempty"`
-	Unpeers     []UnpeerTrial  `json:"unpeers,omitempty"`
-	Windows     []IdleWindow   `json:"windows,omitempty"`
-	Tunnel      *TunnelResult  `json:"tunnel,omitempty"`
-	Profiles    []Profile      `json:"profiles,omitempty"`
-	Errors      []string       `json:"errors,omitempty"`
+	Environment Environment     `json:"environment"`
+	Config      Config          `json:"config"`
+	Targets     []TargetResult  `json:"targets"`
+	Bursts      []BurstTrial    `json:"bursts,omitempty"`
+	Streams     []StreamRun     `json:"streams,omitempty"`
+	Fresh       []FreshTrial    `json:"fresh,omitempty"`
+	Failures    []FailureTrial  `json:"failures,omitempty"`
+	Failovers   []FailoverTrial `json:"failovers,omitempty"`
+	Unpeers     []UnpeerTrial   `json:"unpeers,omitempty"`
+	Windows     []IdleWindow    `json:"windows,omitempty"`
+	Tunnel      *TunnelResult   `json:"tunnel,omitempty"`
+	Profiles    []Profile       `json:"profiles,omitempty"`
+	Errors      []string        `json:"errors,omitempty"`
 	// Notes is what a person wrote about the run (-notes).
 	Notes string `json:"notes,omitempty"`
 }

@@ -20,6 +20,10 @@ const (
 	targetWritesRate  = 0.0       // writes per second at steady state
 	targetStartupP99  = 5.0       // seconds, p99 pod startup latency of the offloaded stream
 	targetFresh       = 2.0       // seconds the offloaded fresh-namespace burst may take beyond the direct one
+	// targetFailoverMargin is how long after T (releaseAfterSeconds) every
+	// member of a failed-over StatefulSet may take to run Ready elsewhere
+	// (issue #21), p50 of each fault.
+	targetFailoverMargin = 10.0
 )
 
 // Target keys; profiles name the key they explain.
@@ -34,6 +38,8 @@ const (
 	keyWrites      = "writes"
 	keyStartupSLO  = "pod-startup-slo"
 	keyFresh       = "fresh-burst"
+	keyFailover    = "failover"
+	keyOverlaps    = "failover-overlaps"
 )
 
 func ptrTo(b bool) *bool { return &b }
@@ -104,6 +110,7 @@ func evaluate(r *Results) []TargetResult {
 		rec.Result, rec.Met = strings.Join(recParts, ", "), ptrTo(recOK)
 	}
 	out = append(out, det, rec)
+	out = append(out, failoverTargets(r)...)
 
 	// Forced unpeer.
 	up := TargetResult{Key: keyUnpeer,
@@ -461,4 +468,95 @@ func freshWhy(off *freshStats, trials []FreshTrial) string {
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// failoverTargets judges the failover phase: the time until the members
+// run elsewhere, for each fault, and the samples with two copies of one.
+func failoverTargets(r *Results) []TargetResult {
+	stats := summarizeFailovers(r.Failovers)
+	release := failoverRelease
+	for _, s := range stats {
+		release = s.Release
+	}
+	members, fence := failoverMembers, failoverFence
+	if len(r.Failovers) > 0 {
+		members, fence = r.Failovers[0].Members, r.Failovers[0].FenceAfterSeconds
+	}
+	limit := float64(release) + targetFailoverMargin
+	fo := TargetResult{Key: keyFailover,
+		What: fmt.Sprintf("Failover with fencing (F = %d s, T = %d s): a StatefulSet of %d members on a provider that is killed or partitioned, "+
+			"until every member runs Ready elsewhere", fence, release, members),
+		How: "p50 over the trials of each fault, from the fault (the provider's API server SIGKILLed; the proxy that is the consumer's only way to the provider cut) " +
+			"to the last member seen Ready on the consumer's own node through a watch (see Failover)",
+		Target: fmt.Sprintf("≤ T + %.0f s (%.0f s) for each fault", targetFailoverMargin, limit)}
+	ov := TargetResult{Key: keyOverlaps,
+		What: "Failover: moments at which two copies of one StatefulSet member ran at once",
+		How: fmt.Sprintf("samples in which one member was Running (also while being deleted) both on the provider and on the consumer's node; both listed every %s "+
+			"through every trial, from the StatefulSet's creation to its deletion; a provider that does not answer runs nothing; a killed provider's copies "+
+			"listed after its restart are counted apart (see Failover)", failoverSample),
+		Target: "0"}
+	var parts []string
+	ok, measured := true, false
+	samples, overlaps := 0, 0
+	for _, s := range stats {
+		samples += s.Samples
+		overlaps += s.Overlaps
+		if s.Failover.N == 0 {
+			ok, measured = false, true
+			parts = append(parts, fmt.Sprintf("%s: all %d trials failed", s.Fault, s.Trials))
+			continue
+		}
+		measured = true
+		part := fmt.Sprintf("%s %.1f s", s.Fault, s.Failover.P50)
+		if s.Failed > 0 {
+			part += fmt.Sprintf(" (%d of %d trials failed)", s.Failed, s.Trials)
+		}
+		parts = append(parts, part)
+		ok = ok && s.Failover.P50 <= limit && s.Failed == 0
+	}
+	if len(stats) < 2 && measured {
+		ok = false
+		parts = append(parts, "one fault not run")
+	}
+	if measured {
+		fo.Result, fo.Met = strings.Join(parts, ", "), ptrTo(ok)
+		if !ok {
+			fo.Why = failoverWhy(stats)
+		}
+	}
+	if samples > 0 {
+		ov.Result, ov.Met = fmt.Sprintf("%d in %d samples", overlaps, samples), ptrTo(overlaps == 0)
+		for _, s := range stats {
+			if s.Fault == faultKilled && s.StaleRunning.N > 0 {
+				ov.Result += fmt.Sprintf("; apart: after its restart the killed provider listed its stale copies Running %.1f s after its API server answered, until they were being deleted (%.1f s until none was listed Running; p50; its agent fenced them in %d of %d trials)",
+					s.StaleFenced.P50, s.StaleRunning.P50, s.ProviderFenced, s.StaleRunning.N)
+			}
+		}
+		if overlaps > 0 {
+			for _, t := range r.Failovers {
+				if t.FirstOverlap != "" {
+					ov.Why = fmt.Sprintf("First in the %s trial %d: %s.", t.Fault, t.Trial, t.FirstOverlap)
+					break
+				}
+			}
+		}
+	}
+	return []TargetResult{fo, ov}
+}
+
+// failoverWhy explains a missed failover time by its parts: the heartbeat's
+// age at the fault, the release and the replacements' start.
+func failoverWhy(stats []failoverStats) string {
+	var parts []string
+	for _, s := range stats {
+		if s.Failover.N == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s: the heartbeat was %.1f s old at the fault, the first replacement appeared %.1f s after it and the last member was Ready %.1f s after it (p50)",
+			s.Fault, s.HeartbeatAge.P50, s.Released.P50, s.Failover.P50))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, "; ") + ". The consumer releases T after the last heartbeat it sent; the rest is its controllers and the consumer's scheduler and node."
 }

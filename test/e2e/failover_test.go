@@ -3,9 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +23,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/localcluster"
+	"github.com/annexhq/annex/internal/partition"
 )
 
 // The failover test's fence F and release T (seconds): the smallest the API
@@ -117,9 +115,9 @@ func TestFailover(t *testing.T) {
 	t.Run("flapping link: nothing moves", func(t *testing.T) {
 		before := podUIDs(ctx, t, ca, ns, "db")
 		for range 4 {
-			toBeta.cut()
+			toBeta.Cut()
 			time.Sleep(3 * time.Second)
-			toBeta.heal()
+			toBeta.Heal()
 			time.Sleep(3 * time.Second)
 		}
 		eventually(t, 30*time.Second, "both members Ready on beta", members("annex-beta"))
@@ -134,7 +132,7 @@ func TestFailover(t *testing.T) {
 	t.Run("beta partitioned: fenced there, released here, running on gamma", func(t *testing.T) {
 		logHeartbeatAge(ctx, t, cb, "beta")
 		start := time.Now()
-		toBeta.cut()
+		toBeta.Cut()
 		eventually(t, 60*time.Second, "beta stopped the members itself", func() error { return noPodsIn(ctx, cb, remoteNS) })
 		fenced := time.Since(start)
 		eventually(t, 10*time.Second, "beta's Fenced Event", func() error { return fencedEvent(ctx, cb) })
@@ -144,7 +142,7 @@ func TestFailover(t *testing.T) {
 		if fenced > time.Duration(testRelease)*time.Second {
 			t.Errorf("beta fenced after %s, later than the release (%ds)", fenced, testRelease)
 		}
-		toBeta.heal()
+		toBeta.Heal()
 		eventually(t, 30*time.Second, "virtual node annex-beta Ready again", func() error { return nodeReady(ctx, ca, "annex-beta") })
 		consistently(t, 5*time.Second, "nothing released runs on beta", func() error { return noPodsIn(ctx, cb, remoteNS) })
 	})
@@ -174,8 +172,8 @@ func TestFailover(t *testing.T) {
 
 	t.Run("alpha cut off from both: both fence, alpha releases, runs again once healed", func(t *testing.T) {
 		start := time.Now()
-		toBeta.cut()
-		toGamma.cut()
+		toBeta.Cut()
+		toGamma.Cut()
 		eventually(t, 60*time.Second, "beta stopped the members itself", func() error { return noPodsIn(ctx, cb, remoteNS) })
 		eventually(t, 60*time.Second, "members released on alpha (replacements Pending, no provider answers)", func() error {
 			pods := &corev1.PodList{}
@@ -190,8 +188,8 @@ func TestFailover(t *testing.T) {
 			return nil
 		})
 		t.Logf("alpha cut off: released after %s", time.Since(start).Round(100*time.Millisecond))
-		toBeta.heal()
-		toGamma.heal()
+		toBeta.Heal()
+		toGamma.Heal()
 		eventually(t, 90*time.Second, "both members Ready again", func() error {
 			return podsReady(ctx, ca, ns, "app=db", 2, func(*corev1.Pod) error { return nil })
 		})
@@ -379,32 +377,15 @@ func (s *sampler) first() string {
 	return s.firstOverlap
 }
 
-// proxy forwards TCP connections to a provider's API server until cut: a
-// cut closes every connection and holds new ones unanswered (a partition),
-// heal lets them through again.
-type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	isCut  bool
-	conns  map[net.Conn]bool
-}
-
 // throughProxy makes consumer's agent reach provider through a new proxy
 // (ForeignCluster spec.apiServerURL) and waits until it is reachable that
 // way.
-func throughProxy(t *testing.T, consumer client.Client, provider *localcluster.Cluster) *proxy {
+func throughProxy(t *testing.T, consumer client.Client, provider *localcluster.Cluster) *partition.Proxy {
 	t.Helper()
-	u, err := url.Parse(provider.APIServerURL())
+	p, err := partition.New(provider.APIServerURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: u.Host, conns: map[net.Conn]bool{}}
-	go p.serve()
 	ctx := context.Background()
 	fc := &corev1alpha1.ForeignCluster{}
 	if err := consumer.Get(ctx, client.ObjectKey{Name: provider.Name()}, fc); err != nil {
@@ -412,110 +393,29 @@ func throughProxy(t *testing.T, consumer client.Client, provider *localcluster.C
 	}
 	direct := fc.Spec.APIServerURL
 	patch := client.MergeFrom(fc.DeepCopy())
-	fc.Spec.APIServerURL = "https://" + ln.Addr().String()
+	fc.Spec.APIServerURL = p.URL()
 	if err := consumer.Patch(ctx, fc, patch); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		p.heal()
+		p.Heal()
 		fc := &corev1alpha1.ForeignCluster{}
 		if consumer.Get(context.Background(), client.ObjectKey{Name: provider.Name()}, fc) == nil {
 			patch := client.MergeFrom(fc.DeepCopy())
 			fc.Spec.APIServerURL = direct
 			_ = consumer.Patch(context.Background(), fc, patch)
 		}
-		_ = ln.Close()
+		_ = p.Close()
 	})
 	eventually(t, 30*time.Second, provider.Name()+" reachable through the proxy", func() error {
 		fc := &corev1alpha1.ForeignCluster{}
 		if err := consumer.Get(ctx, client.ObjectKey{Name: provider.Name()}, fc); err != nil {
 			return err
 		}
-		if c := reachable(fc); c == nil || c.Status != metav1.ConditionTrue || p.count() == 0 {
-			return fmt.Errorf("reachable: %+v, connections through the proxy: %d", c, p.count())
+		if c := reachable(fc); c == nil || c.Status != metav1.ConditionTrue || p.Conns() == 0 {
+			return fmt.Errorf("reachable: %+v, connections through the proxy: %d", c, p.Conns())
 		}
 		return nil
 	})
 	return p
-}
-
-func (p *proxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		go p.handle(c)
-	}
-}
-
-func (p *proxy) handle(c net.Conn) {
-	p.mu.Lock()
-	p.conns[c] = true
-	cut := p.isCut
-	p.mu.Unlock()
-	if cut {
-		return // held, unanswered, until heal closes it
-	}
-	up, err := net.DialTimeout("tcp", p.target, 2*time.Second)
-	if err != nil {
-		p.drop(c)
-		return
-	}
-	p.mu.Lock()
-	if p.isCut {
-		p.mu.Unlock()
-		_ = up.Close()
-		return
-	}
-	p.conns[up] = true
-	p.mu.Unlock()
-	var wg sync.WaitGroup
-	wg.Add(2)
-	pipe := func(dst, src net.Conn) {
-		defer wg.Done()
-		_, _ = io.Copy(dst, src)
-		p.drop(dst)
-		p.drop(src)
-	}
-	go pipe(up, c)
-	go pipe(c, up)
-	wg.Wait()
-}
-
-func (p *proxy) drop(c net.Conn) {
-	p.mu.Lock()
-	delete(p.conns, c)
-	p.mu.Unlock()
-	_ = c.Close()
-}
-
-func (p *proxy) count() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.conns)
-}
-
-// cut closes every connection; new ones are held unanswered.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	p.isCut = true
-	conns := p.conns
-	p.conns = map[net.Conn]bool{}
-	p.mu.Unlock()
-	for c := range conns {
-		_ = c.Close()
-	}
-}
-
-// heal closes the held connections and lets new ones through.
-func (p *proxy) heal() {
-	p.mu.Lock()
-	p.isCut = false
-	conns := p.conns
-	p.conns = map[net.Conn]bool{}
-	p.mu.Unlock()
-	for c := range conns {
-		_ = c.Close()
-	}
 }

@@ -5,14 +5,19 @@
 // that fence (status.fenceAfterSeconds, which the consumer reads before it
 // ever releases a pod) and carries it out: once the Lease's renewTime is F
 // old, it deletes the consumer's ShadowPods in the namespace that existed
-// at that instant, and their pods with a grace period of at most
-// FenceGracePeriodSeconds, so that the consumer, which releases the pods
-// only after a longer time T, never has two copies of one running.
+// at that instant, and the pods made by then (also those whose ShadowPod
+// is already gone) with a grace period of at most FenceGracePeriodSeconds,
+// so that the consumer, which releases the pods only after a longer time
+// T, never has two copies of one running.
 //
 // The fence counts from the renewTime the consumer wrote, not from when
-// this agent saw it, so nothing here (a restart of this agent, an outage of
-// its API server) delays it: a provider whose API server comes back after
-// an outage longer than F stops the pods as soon as its agent reads them.
+// this agent saw it, so neither a restart of this agent nor an outage of
+// its API server moves the deadline: a provider whose API server comes back
+// after an outage longer than F stops the pods as soon as its agent leads
+// again and reads them (an outage long enough to lose the leader election
+// costs the agent a restart, a few seconds; the consumer may delete the
+// orphaned ShadowPods first, and their pods are then stopped here all the
+// same, within the bound, not with their own grace period).
 // The clocks of the two clusters are assumed to agree within the fencing
 // margin (docs/failover.md).
 package fencing
@@ -38,6 +43,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/controller/replicator"
+	"github.com/annexhq/annex/internal/controller/shadowpod"
 )
 
 // retry is how soon a fence that could not be read or carried out is tried
@@ -178,38 +184,41 @@ func (r *Reconciler) fence(ctx context.Context, ns, consumer string, cutoff time
 	if err := r.APIReader.List(ctx, sps, client.InNamespace(ns)); err != nil {
 		return 0, err
 	}
-	stopped := 0
 	for i := range sps.Items {
 		sp := &sps.Items[i]
-		if sp.CreationTimestamp.After(cutoff) {
+		if sp.CreationTimestamp.After(cutoff) || !sp.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if sp.DeletionTimestamp.IsZero() {
-			uid := sp.UID
-			if err := r.Client.Delete(ctx, sp, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-				return stopped, fmt.Errorf("delete ShadowPod %s/%s: %w", ns, sp.Name, err)
+		uid := sp.UID
+		if err := r.Client.Delete(ctx, sp, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return 0, fmt.Errorf("delete ShadowPod %s/%s: %w", ns, sp.Name, err)
+		}
+	}
+	// The pods, also those whose ShadowPod is already gone (the consumer
+	// deleted it as an orphan, or it was fenced before a restart): the
+	// garbage collector gives them their own grace period. A pod made at or
+	// before the cutoff belongs to a ShadowPod made no later.
+	pods := &corev1.PodList{}
+	if err := r.APIReader.List(ctx, pods, client.InNamespace(ns), client.HasLabels{shadowpod.LabelShadowPod}); err != nil {
+		return 0, err
+	}
+	stopped := 0
+	for i := range pods.Items {
+		if pod := &pods.Items[i]; !pod.CreationTimestamp.After(cutoff) {
+			n, err := r.stopPod(ctx, pod)
+			if err != nil {
+				return stopped, err
 			}
+			stopped += n
 		}
-		n, err := r.stopPod(ctx, sp)
-		if err != nil {
-			return stopped, err
-		}
-		stopped += n
 	}
 	return stopped, nil
 }
 
-// stopPod deletes the pod of sp, if it still runs, with a grace period of
-// at most FenceGracePeriodSeconds (the garbage collector would give it its
-// own, which may be longer than the fencing margin).
-func (r *Reconciler) stopPod(ctx context.Context, sp *offloadingv1alpha1.ShadowPod) (int, error) {
-	pod := &corev1.Pod{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sp.Namespace, Name: sp.Name}, pod); err != nil {
-		return 0, client.IgnoreNotFound(err)
-	}
-	if ref := metav1.GetControllerOf(pod); ref == nil || ref.UID != sp.UID {
-		return 0, nil
-	}
+// stopPod deletes pod, if it still runs, with a grace period of at most
+// FenceGracePeriodSeconds (the garbage collector would give it its own,
+// which may be longer than the fencing margin). It returns 1 when it did.
+func (r *Reconciler) stopPod(ctx context.Context, pod *corev1.Pod) (int, error) {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return 0, nil
 	}
@@ -218,7 +227,7 @@ func (r *Reconciler) stopPod(ctx context.Context, sp *offloadingv1alpha1.ShadowP
 		grace = *g
 	}
 	if pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds <= grace {
-		return 1, nil // already stopping within the bound
+		return 0, nil // already stopping within the bound
 	}
 	uid := pod.UID
 	if err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &uid}, client.GracePeriodSeconds(grace)); client.IgnoreNotFound(err) != nil {

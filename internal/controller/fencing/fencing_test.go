@@ -25,6 +25,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/controller/replicator"
+	"github.com/annexhq/annex/internal/controller/shadowpod"
 )
 
 var now = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
@@ -74,10 +75,11 @@ func shadowPod(name string, created time.Time) *offloadingv1alpha1.ShadowPod {
 }
 
 // pod is the pod of a ShadowPod named name, controlled by owner (a UID), in
-// phase, with its own grace period (none when nil).
+// phase, with its own grace period (none when nil), made long ago.
 func pod(name string, owner types.UID, phase corev1.PodPhase, grace *int64) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: remoteNS, Name: name, UID: types.UID("pod-" + name),
+			Labels:          map[string]string{shadowpod.LabelShadowPod: name},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: offloadingv1alpha1.GroupVersion.String(), Kind: "ShadowPod", Name: name, UID: owner, Controller: ptr.To(true)}}},
 		Spec:   corev1.PodSpec{TerminationGracePeriodSeconds: grace, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
 		Status: corev1.PodStatus{Phase: phase},
@@ -224,11 +226,17 @@ func TestReconcile(t *testing.T) {
 			objs: append(workload(),
 				heartbeat(now.Add(-time.Minute)),
 				// Made after the deadline (the consumer was heard again meanwhile): kept.
-				shadowPod("late", now.Add(-10*time.Second)), pod("late", "sp-late", corev1.PodRunning, nil),
+				shadowPod("late", now.Add(-10*time.Second)), func() *corev1.Pod {
+					p := pod("late", "sp-late", corev1.PodRunning, nil)
+					p.CreationTimestamp = metav1.NewTime(now.Add(-9 * time.Second))
+					return p
+				}(),
 				// Made exactly at the deadline: it existed then.
 				shadowPod("edge", now.Add(-time.Minute).Add(fenceAfter)), pod("edge", "sp-edge", corev1.PodPending, ptr.To[int64](0)),
-				// A pod of the same name controlled by something else: kept.
+				// A pod made before the deadline whose ShadowPod is another
+				// (or gone: the consumer deleted it as an orphan): stopped too.
 				shadowPod("impostor", now.Add(-time.Hour)), pod("impostor", "someone-else", corev1.PodRunning, nil),
+				pod("orphan", "sp-gone", corev1.PodRunning, ptr.To[int64](30)),
 				// Finished pods: not stopped, not counted.
 				shadowPod("done", now.Add(-time.Hour)), pod("done", "sp-done", corev1.PodSucceeded, nil),
 				shadowPod("crashed", now.Add(-time.Hour)), pod("crashed", "sp-crashed", corev1.PodFailed, nil),
@@ -236,10 +244,10 @@ func TestReconcile(t *testing.T) {
 				shadowPod("podless", now.Add(-time.Hour)),
 			),
 			wantArmed: ptr.To[int32](fence),
-			wantPods:  []string{"crashed", "done", "impostor", "late"},
+			wantPods:  []string{"crashed", "done", "late"},
 			wantSPs:   []string{"late"},
-			wantGrace: map[string]*int64{"web-0": ptr.To[int64](5), "web-1": ptr.To[int64](2), "web-2": ptr.To[int64](5), "edge": ptr.To[int64](0)},
-			wantEvent: "stopped 4 of its pod(s) in namespace shop-alpha"},
+			wantGrace: map[string]*int64{"web-0": ptr.To[int64](5), "web-1": ptr.To[int64](2), "web-2": ptr.To[int64](5), "edge": ptr.To[int64](0), "impostor": ptr.To[int64](5), "orphan": ptr.To[int64](5)},
+			wantEvent: "stopped 6 of its pod(s) in namespace shop-alpha"},
 		{name: "already armed, heartbeat exactly at the deadline: fenced",
 			rn: func() *offloadingv1alpha1.RemoteNamespace {
 				rn := replica(ptr.To[int32](fence))
@@ -251,7 +259,7 @@ func TestReconcile(t *testing.T) {
 			wantPods:  []string{}, wantSPs: []string{},
 			wantGrace: map[string]*int64{"web-0": ptr.To[int64](5), "web-1": ptr.To[int64](2), "web-2": ptr.To[int64](5)},
 			wantEvent: "stopped 3 of its pod(s)"},
-		{name: "a pod already stopping within the bound is counted, not deleted again",
+		{name: "a pod already stopping within the bound is not deleted again (and not counted: no Event again)",
 			rn: replica(ptr.To[int32](fence)),
 			objs: []client.Object{heartbeat(now.Add(-time.Minute)), shadowPod("web-0", now.Add(-time.Hour)),
 				func() *corev1.Pod {
@@ -262,8 +270,7 @@ func TestReconcile(t *testing.T) {
 					return p
 				}()},
 			wantArmed: ptr.To[int32](fence),
-			wantPods:  []string{"web-0"}, wantSPs: []string{},
-			wantEvent: "stopped 1 of its pod(s)"},
+			wantPods:  []string{"web-0"}, wantSPs: []string{}},
 		{name: "a pod stopping with a longer grace period is deleted again within the bound",
 			rn: replica(ptr.To[int32](fence)),
 			objs: []client.Object{heartbeat(now.Add(-time.Minute)), shadowPod("web-0", now.Add(-time.Hour)),
