@@ -11,7 +11,7 @@ CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.2
 GOLANGCI_LINT := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 # Pinned like golangci-lint; go caches the built binary, so later runs start at once.
 HELM := $(GO) run helm.sh/helm/v4/cmd/helm@v4.3.2
-E2E_TIMEOUT ?= 25m
+E2E_TIMEOUT ?= 32m
 BENCH_SCALE ?= small
 BENCH_ARGS ?=
 FUZZTIME ?= 10s
