@@ -161,11 +161,16 @@ func TestFailover(t *testing.T) {
 		}
 		eventually(t, 60*time.Second, "gamma's API server answers", func() error { return cg.List(ctx, &corev1.NamespaceList{}, client.Limit(1)) })
 		t.Logf("gamma's API server answers %s after it was started again", time.Since(back).Round(100*time.Millisecond))
-		eventually(t, 30*time.Second, "gamma stopped the released members", func() error { return noPodsIn(ctx, cg, remoteNS) })
+		// Gamma's agent fences them once it leads again (alpha's reflector
+		// may delete the orphaned ShadowPods first): every one stopping with
+		// the fence's grace period.
+		eventually(t, 30*time.Second, "gamma stopping the released members within the fence's bound", func() error { return allStopping(ctx, cg, remoteNS) })
+		t.Logf("gamma back: the released members stopping there %s after its API server was started again", time.Since(back).Round(100*time.Millisecond))
+		// kwok, whose watch of the restarted API server resumes with its own
+		// backoff, takes a while to finish their deletion.
+		eventually(t, 90*time.Second, "the released members gone from gamma", func() error { return noPodsIn(ctx, cg, remoteNS) })
+		t.Logf("gamma back: the released members gone %s after its API server was started again", time.Since(back).Round(100*time.Millisecond))
 		s.ignore("gamma", false)
-		// Whoever comes first: gamma's agent fences once it leads again, or
-		// alpha's reflector deletes the orphaned ShadowPods.
-		t.Logf("gamma back: the released members stopped there %s after its API server was started again", time.Since(back).Round(100*time.Millisecond))
 		eventually(t, 30*time.Second, "virtual node annex-gamma Ready again", func() error { return nodeReady(ctx, ca, "annex-gamma") })
 		consistently(t, 5*time.Second, "nothing released runs on gamma", func() error { return noPodsIn(ctx, cg, remoteNS) })
 	})
@@ -261,6 +266,21 @@ func fencedEvent(ctx context.Context, c client.Client) error {
 		}
 	}
 	return fmt.Errorf("no Fenced Event among %d in %s", len(evs.Items), corev1alpha1.TenantNamespaceName("alpha"))
+}
+
+// allStopping checks that every pod in ns is being deleted with a grace
+// period of at most the fence's.
+func allStopping(ctx context.Context, c client.Client, ns string) error {
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil || p.DeletionGracePeriodSeconds == nil || *p.DeletionGracePeriodSeconds > offloadingv1alpha1.FenceGracePeriodSeconds {
+			return fmt.Errorf("pod %s: deletion %v, grace %v", p.Name, p.DeletionTimestamp, ptr.Deref(p.DeletionGracePeriodSeconds, -1))
+		}
+	}
+	return nil
 }
 
 func noPodsIn(ctx context.Context, c client.Client, ns string) error {

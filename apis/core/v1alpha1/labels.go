@@ -161,3 +161,14 @@ const HeartbeatLeaseName = "annex-consumer-heartbeat"
 // its provider sets it, and the provider removes the tenant at once instead
 // of after its grace period.
 const HeartbeatReleasedUnix = 0
+
+// AnnotationHeartbeatLapseFrom and AnnotationHeartbeatLapseTo (RFC 3339
+// times on the heartbeat Lease) record the last lapse of a consumer's
+// heartbeat longer than two of its intervals, written by the consumer with
+// the renewal that ended it: from the renewTime it found to the new one. A
+// provider whose agent could not act during the lapse (its API server or
+// itself was down) fences from it afterwards what it would have fenced.
+const (
+	AnnotationHeartbeatLapseFrom = "annex.dev/heartbeat-lapse-from"
+	AnnotationHeartbeatLapseTo   = "annex.dev/heartbeat-lapse-to"
+)

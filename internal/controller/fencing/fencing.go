@@ -26,6 +26,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -61,6 +62,10 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
+
+	mu sync.Mutex
+	// lapses are the past lapses already fenced, by RemoteNamespace.
+	lapses map[client.ObjectKey]string
 }
 
 // +kubebuilder:rbac:groups=offloading.annex.dev,resources=remotenamespaces,verbs=get;list;watch
@@ -95,6 +100,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	now := r.Clock.Now()
+	if cutoff, lapse, ok := PastLapse(lease, fenceAfter); ok && r.unhandled(req.NamespacedName, lapse) {
+		// A lapse longer than the fence that this agent did not see (it or
+		// its API server was down): fence now what existed when it fell.
+		stopped, err := r.fence(ctx, rn.Spec.RemoteNamespace, consumer, cutoff)
+		if err != nil {
+			log.Info("Fence of a past lapse not carried out yet, retrying", "error", err.Error())
+			return ctrl.Result{RequeueAfter: retry}, nil
+		}
+		r.handled(req.NamespacedName, lapse)
+		if stopped > 0 {
+			log.Info("Consumer's heartbeat lapsed for longer than the fence while this agent could not act, stopped its pods", "lapse", lapse, "fenceAfter", fenceAfter, "pods", stopped)
+			r.Recorder.Eventf(rn, nil, corev1.EventTypeWarning, "Fenced", "Fence",
+				"consumer %s's heartbeat lapsed (%s) for longer than the fence (%s) while this provider could not act: stopped %d of its pod(s) in namespace %s",
+				consumer, lapse, fenceAfter, stopped, rn.Spec.RemoteNamespace)
+		}
+	}
 	if deadline := Deadline(lease, fenceAfter); now.Before(deadline) {
 		return ctrl.Result{RequeueAfter: deadline.Sub(now) + 100*time.Millisecond}, nil
 	}
@@ -141,6 +162,36 @@ func Deadline(lease *coordinationv1.Lease, fenceAfter time.Duration) time.Time {
 		return lease.CreationTimestamp.Add(fenceAfter)
 	}
 	return lease.Spec.RenewTime.Add(fenceAfter)
+}
+
+// PastLapse reads the last lapse the consumer recorded on its heartbeat
+// lease (AnnotationHeartbeatLapseFrom/To): when it lasted at least
+// fenceAfter, cutoff is when the fence fell (its start + fenceAfter) and
+// lapse names it.
+func PastLapse(lease *coordinationv1.Lease, fenceAfter time.Duration) (cutoff time.Time, lapse string, ok bool) {
+	from, err1 := time.Parse(time.RFC3339Nano, lease.Annotations[corev1alpha1.AnnotationHeartbeatLapseFrom])
+	to, err2 := time.Parse(time.RFC3339Nano, lease.Annotations[corev1alpha1.AnnotationHeartbeatLapseTo])
+	if err1 != nil || err2 != nil || to.Sub(from) < fenceAfter {
+		return time.Time{}, "", false
+	}
+	return from.Add(fenceAfter), from.Format(time.RFC3339) + " to " + to.Format(time.RFC3339), true
+}
+
+// unhandled reports whether the past lapse of key's consumer has not been
+// fenced yet by this agent (each is looked at once per agent start).
+func (r *Reconciler) unhandled(key client.ObjectKey, lapse string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lapses[key] != lapse
+}
+
+func (r *Reconciler) handled(key client.ObjectKey, lapse string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lapses == nil {
+		r.lapses = map[client.ObjectKey]string{}
+	}
+	r.lapses[key] = lapse
 }
 
 // arm records in rn's status the fence this agent carries out for it.

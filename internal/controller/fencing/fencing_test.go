@@ -184,6 +184,36 @@ func TestReconcile(t *testing.T) {
 		// owner is the consumer the remote namespace belongs to; alpha when empty.
 		owner string
 	}{
+		{name: "a past lapse longer than the fence, unseen here (agent or API server down): what existed when it fell is stopped now",
+			rn: replica(ptr.To[int32](fence)),
+			objs: append(workload(), func() *coordinationv1.Lease {
+				l := heartbeat(now.Add(-time.Second)) // renewed again since
+				l.Annotations = map[string]string{
+					corev1alpha1.AnnotationHeartbeatLapseFrom: now.Add(-2 * time.Minute).Format(time.RFC3339Nano),
+					corev1alpha1.AnnotationHeartbeatLapseTo:   now.Add(-time.Minute).Format(time.RFC3339Nano)}
+				return l
+			}(),
+				// Made after the fence fell (the consumer was heard again): kept.
+				shadowPod("late", now.Add(-30*time.Second)), func() *corev1.Pod {
+					p := pod("late", "sp-late", corev1.PodRunning, nil)
+					p.CreationTimestamp = metav1.NewTime(now.Add(-30 * time.Second))
+					return p
+				}()),
+			wantArmed: ptr.To[int32](fence), wantRequeue: 29*time.Second + 100*time.Millisecond,
+			wantPods: []string{"late"}, wantSPs: []string{"late"},
+			wantGrace: map[string]*int64{"web-0": ptr.To[int64](5), "web-1": ptr.To[int64](2), "web-2": ptr.To[int64](5)},
+			wantEvent: "lapsed"},
+		{name: "a past lapse shorter than the fence: nothing stopped",
+			rn: replica(ptr.To[int32](fence)),
+			objs: append(workload(), func() *coordinationv1.Lease {
+				l := heartbeat(now.Add(-time.Second))
+				l.Annotations = map[string]string{
+					corev1alpha1.AnnotationHeartbeatLapseFrom: now.Add(-time.Minute).Format(time.RFC3339Nano),
+					corev1alpha1.AnnotationHeartbeatLapseTo:   now.Add(-time.Minute + 20*time.Second).Format(time.RFC3339Nano)}
+				return l
+			}()),
+			wantArmed: ptr.To[int32](fence), wantRequeue: 29*time.Second + 100*time.Millisecond,
+			wantPods: all, wantSPs: all},
 		{name: "attack: a RemoteNamespace naming another consumer's namespace (its Ready status forged or stale) fences nothing there",
 			rn:        replica(ptr.To[int32](fence)),
 			objs:      append(workload(), heartbeat(now.Add(-time.Hour))),

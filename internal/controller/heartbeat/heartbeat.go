@@ -122,6 +122,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return r.failed(ctx, fc.Spec.ClusterID, err)
 	default:
 		patch := client.MergeFrom(lease.DeepCopy())
+		if prev := lease.Spec.RenewTime; prev != nil && now.Sub(prev.Time) > 2*r.Interval {
+			// A lapse: say so, for a provider that could not watch it.
+			if lease.Annotations == nil {
+				lease.Annotations = map[string]string{}
+			}
+			lease.Annotations[corev1alpha1.AnnotationHeartbeatLapseFrom] = prev.UTC().Format(time.RFC3339Nano)
+			lease.Annotations[corev1alpha1.AnnotationHeartbeatLapseTo] = now.UTC().Format(time.RFC3339Nano)
+		}
 		lease.Spec.RenewTime = &now
 		lease.Spec.HolderIdentity = ptr.To(r.LocalClusterID)
 		if err := remote.Patch(ctx, lease, patch); err != nil {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -132,6 +134,50 @@ func TestReconcileRecordsSent(t *testing.T) {
 				if rt := leases.Items[0].Spec.RenewTime; rt == nil || !rt.Time.Equal(now) {
 					t.Errorf("renewTime = %v, want %s (what Sent recorded)", rt, now)
 				}
+			}
+		})
+	}
+}
+
+// TestReconcileRecordsALapse: a renewal that finds the last one more than
+// two intervals old records the lapse on the Lease for the provider.
+func TestReconcileRecordsALapse(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = corev1alpha1.AddToScheme(s)
+	fc := &corev1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "beta"},
+		Spec: corev1alpha1.ForeignClusterSpec{ClusterID: "beta", CredentialsSecretRef: &corev1alpha1.SecretReference{Name: "beta"}}}
+	for _, tc := range []struct {
+		name      string
+		lastRenew time.Time
+		want      map[string]string
+	}{
+		{name: "on time: nothing recorded", lastRenew: now.Add(-10 * time.Second)},
+		{name: "a lapse: recorded", lastRenew: now.Add(-time.Minute), want: map[string]string{
+			corev1alpha1.AnnotationHeartbeatLapseFrom: now.Add(-time.Minute).Format(time.RFC3339Nano),
+			corev1alpha1.AnnotationHeartbeatLapseTo:   now.Format(time.RFC3339Nano)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := metav1.NewMicroTime(tc.lastRenew)
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.TenantNamespaceName("alpha"), Name: corev1alpha1.HeartbeatLeaseName},
+				Spec: coordinationv1.LeaseSpec{RenewTime: &rt}}
+			local := fake.NewClientBuilder().WithScheme(s).WithObjects(fc).Build()
+			remote := fake.NewClientBuilder().WithScheme(s).WithObjects(lease).Build()
+			r := &Reconciler{Client: local, Remotes: fakeRemotes{c: remote}, LocalClusterID: "alpha",
+				Clock: clocktesting.NewFakePassiveClock(now), Interval: 10 * time.Second}
+			if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: "beta"}}); err != nil {
+				t.Fatal(err)
+			}
+			got := &coordinationv1.Lease{}
+			if err := remote.Get(context.Background(), client.ObjectKeyFromObject(lease), got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got.Annotations, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("annotations (-want +got):\n%s", diff)
+			}
+			if !got.Spec.RenewTime.Time.Equal(now) {
+				t.Errorf("renewTime %s, want %s", got.Spec.RenewTime, now)
 			}
 		})
 	}
