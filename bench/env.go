@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	"github.com/annexhq/annex/internal/agent"
 	"github.com/annexhq/annex/internal/cli/sandbox"
 	"github.com/annexhq/annex/internal/localcluster"
@@ -207,12 +208,11 @@ func (e *env) peerArgs() []string {
 }
 
 // peer peers the consumer with the provider and waits for the virtual node.
-func (e *env) peer(ctx context.Context) error {
-	if _, err := e.annexctl(ctx, e.peerArgs()...); err != nil {
-		return err
-	}
-	node := "annex-" + providerName
-	if err := poll(ctx, 200*time.Millisecond, 2*time.Minute, "virtual node "+node+" Ready", func(ctx context.Context) error {
+// waitVirtualNodeReady waits up to timeout until the provider's virtual
+// node is Ready on the consumer.
+func (e *env) waitVirtualNodeReady(ctx context.Context, timeout time.Duration) error {
+	node := corev1alpha1.VirtualNodeNamePrefix + providerName
+	return poll(ctx, 200*time.Millisecond, timeout, "virtual node "+node+" Ready", func(ctx context.Context) error {
 		n, err := e.consumer.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -221,10 +221,17 @@ func (e *env) peer(ctx context.Context) error {
 			return errors.New("not Ready")
 		}
 		return nil
-	}); err != nil {
+	})
+}
+
+func (e *env) peer(ctx context.Context) error {
+	if _, err := e.annexctl(ctx, e.peerArgs()...); err != nil {
 		return err
 	}
-	e.log.printf("peered %s with %s: virtual node %s Ready", consumerName, providerName, node)
+	if err := e.waitVirtualNodeReady(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	e.log.printf("peered %s with %s: virtual node %s Ready", consumerName, providerName, corev1alpha1.VirtualNodeNamePrefix+providerName)
 	return nil
 }
 

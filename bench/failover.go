@@ -338,7 +338,7 @@ func failoverOnce(ctx context.Context, e *env, t *FailoverTrial) (trialErr, rest
 			return err, nil
 		}
 		t.ProviderFenced = fencedSince(ctx, e, t0)
-		if err := waitVirtualNodeReady(ctx, e); err != nil {
+		if err := e.waitVirtualNodeReady(ctx, time.Minute); err != nil {
 			return nil, err
 		}
 	case faultPartitioned:
@@ -354,7 +354,7 @@ func failoverOnce(ctx context.Context, e *env, t *FailoverTrial) (trialErr, rest
 		if err != nil {
 			return fmt.Errorf("members elsewhere after the cut: %w", err), nil
 		}
-		if err := waitVirtualNodeReady(ctx, e); err != nil {
+		if err := e.waitVirtualNodeReady(ctx, time.Minute); err != nil {
 			return nil, err
 		}
 	default:
@@ -411,7 +411,7 @@ func throughProxy(ctx context.Context, e *env) (p *partition.Proxy, undo func() 
 		if err := e.restartAgent(ctx, e.consumer, failoverConsumerArgs...); err != nil {
 			errs = append(errs, err)
 		} else {
-			errs = append(errs, waitReachable(ctx, e, nil), waitVirtualNodeReady(ctx, e))
+			errs = append(errs, waitReachable(ctx, e, nil), e.waitVirtualNodeReady(ctx, time.Minute))
 		}
 		return errors.Join(append(errs, p.Close())...)
 	}
@@ -435,7 +435,7 @@ func throughProxy(ctx context.Context, e *env) (p *partition.Proxy, undo func() 
 	if err := heartbeatSince(ctx, e, restarted); err != nil {
 		return nil, undo, err
 	}
-	if err := waitVirtualNodeReady(ctx, e); err != nil {
+	if err := e.waitVirtualNodeReady(ctx, time.Minute); err != nil {
 		return nil, undo, err
 	}
 	if n, err := directConns(e.agents[consumerName].PID, port); err != nil || n > 0 {
@@ -533,21 +533,6 @@ func fencedSince(ctx context.Context, e *env, t time.Time) bool {
 		}
 	}
 	return false
-}
-
-// waitVirtualNodeReady waits until the provider's virtual node is Ready.
-func waitVirtualNodeReady(ctx context.Context, e *env) error {
-	node := corev1alpha1.VirtualNodeNamePrefix + providerName
-	return poll(ctx, 200*time.Millisecond, time.Minute, "virtual node "+node+" Ready", func(ctx context.Context) error {
-		n, err := e.consumer.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if !nodeReady(n) {
-			return errors.New("not Ready")
-		}
-		return nil
-	})
 }
 
 // createMembers creates the StatefulSet with the consumer's local nodes

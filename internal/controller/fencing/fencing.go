@@ -45,6 +45,7 @@ import (
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/controller/replicator"
 	"github.com/annexhq/annex/internal/controller/shadowpod"
+	"github.com/annexhq/annex/internal/controller/tenantgc"
 )
 
 // retry is how soon a fence that could not be read or carried out is tried
@@ -135,7 +136,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// ShadowPods made after the deadline come from a consumer heard again;
 	// a released heartbeat (the consumer unpeered) has no such thing.
 	cutoff := deadline
-	if lease.Spec.RenewTime != nil && lease.Spec.RenewTime.Unix() == corev1alpha1.HeartbeatReleasedUnix {
+	if tenantgc.Released(lease) {
 		cutoff = now
 	}
 	stopped, err := r.fence(ctx, rn.Spec.RemoteNamespace, consumer, cutoff)
