@@ -312,7 +312,7 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 	}
 
 	// Writes (and agent CPU) that follow the last Ready belong to the
-	// burst too: the status mirrors that were still under way.
+	// burst too: the status writes that were still under way.
 	select {
 	case <-ctx.Done():
 		return ctx.Err()

@@ -305,7 +305,7 @@ func renderBurstStages(b *strings.Builder, r *Results) {
 	p("### Where a pod's time goes\n\n")
 	p("For the last trial of each N, placement and mode: the delay between consecutive stages of each pod, from the stage timestamps of the API servers' audit logs " +
 		"(start = the Deployment's creation; bound = the scheduler's binding; offloaded: shadowpod = the ShadowPod created on the provider, remote pod = " +
-		"its pod created, remote bound, remote running = kwok's status write, mirrored = the last ShadowPod status write, ready = the last status write " +
+		"its pod created, remote bound, remote running = kwok's status write, ready = the last status write " +
 		"of the consumer's pod; direct: running = kwok's status write). p50 and p99 over the pods; *first* is the pod that reached the last stage first.\n\n")
 	p("| N | placement | mode | stage | p50 s | p99 s | first pod s |\n| ---: | --- | --- | --- | ---: | ---: | ---: |\n")
 	for _, k := range order {

@@ -81,7 +81,6 @@ func streamStages(mode string) []stageRule {
 		{"remote pod", providerName, "create", "pods", false},
 		{"remote bound", providerName, "create", "pods/binding", false},
 		{"remote running", providerName, "patch", "pods/status", false},
-		{"mirrored", providerName, "patch", "shadowpods/status", false},
 		{"running", consumerName, "update", "pods/status", false},
 	}
 }

@@ -197,7 +197,6 @@ var offloadedStages = []stageRule{
 	{"remote pod", providerName, "create", "pods", false},      // the provider's agent
 	{"remote bound", providerName, "create", "pods/binding", false},
 	{"remote running", providerName, "patch", "pods/status", false}, // kwok
-	{"mirrored", providerName, "patch", "shadowpods/status", true},  // the provider's agent
 	{"ready", consumerName, "update", "pods/status", true},          // the consumer's agent
 }
 

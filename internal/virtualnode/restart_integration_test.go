@@ -21,7 +21,9 @@ import (
 // lost when it stops in the middle of a burst. The agent is stopped while
 // the first half of a burst is being offloaded; meanwhile the second half
 // is created, the provider starts the first half's pods and two of them
-// finish (one Succeeded, one Failed); the agent is started, stopped again a
+// finish (one Succeeded, one Failed; the provider records their final state
+// in their ShadowPods and then removes the succeeded one's pod); the agent
+// is started, stopped again a
 // moment later (in the middle of its status writes), and started again.
 // Every pod must reach its final state on the consumer: Running and Ready,
 // or finished with its containers' final state; each with one ShadowPod,
@@ -102,6 +104,12 @@ func TestNoLostUpdatesAcrossRestarts(t *testing.T) {
 			return nil
 		})
 	}
+
+	// The provider removes the succeeded pod (as its pod garbage collector
+	// may): only the ShadowPod's record of the final state is left to say
+	// how it ended.
+	clustertest.Must(t, pc.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: remoteNS, Name: succeeded}},
+		client.GracePeriodSeconds(0)))
 
 	// Started, stopped in the middle of its writes, started again.
 	stop = start()

@@ -517,7 +517,7 @@ func waitPod(ctx context.Context, admin client.Client, key client.ObjectKey) err
 }
 
 // TestHostileProvider: a provider that lies in what it reports (its agent
-// stopped, its administrator writing ShadowPod statuses by hand) cannot make
+// stopped, its administrator writing its pods' statuses by hand) cannot make
 // alpha publish addresses outside the provider's pod CIDR, set conditions
 // alpha owns, or store unbounded statuses.
 func TestHostileProvider(t *testing.T) {
@@ -559,15 +559,17 @@ func TestHostileProvider(t *testing.T) {
 	betaAgent.kill(t)
 	t.Cleanup(func() { betaAgent.start(t) })
 
-	sp := &offloadingv1alpha1.ShadowPod{}
-	if err := cb.Get(ctx, remote, sp); err != nil {
+	// The consumer reads the provider's pod: the lie goes into its status,
+	// as far as beta's API server lets it (it refuses malformed IPs).
+	real := &corev1.Pod{}
+	if err := cb.Get(ctx, remote, real); err != nil {
 		t.Fatal(err)
 	}
 	now := metav1.Now()
 	big := strings.Repeat("x", 30000)
-	lie := sp.DeepCopy()
+	lie := real.DeepCopy()
 	lie.Status.PodIP = "192.0.2.10" // not in beta's pod CIDR (10.201.0.0/16)
-	lie.Status.PodIPs = []corev1.PodIP{{IP: "192.0.2.10"}, {IP: "not-an-ip"}}
+	lie.Status.PodIPs = []corev1.PodIP{{IP: "192.0.2.10"}}
 	lie.Status.Message = big
 	lie.Status.Conditions = append(lie.Status.Conditions,
 		corev1.PodCondition{Type: gate, Status: corev1.ConditionTrue, LastTransitionTime: now},
@@ -575,7 +577,7 @@ func TestHostileProvider(t *testing.T) {
 	lie.Status.ContainerStatuses = append(lie.Status.ContainerStatuses,
 		corev1.ContainerStatus{Name: "evil", Image: "evil", Ready: true, RestartCount: 7},
 		corev1.ContainerStatus{Name: "c", Image: "c", Ready: true, RestartCount: 9})
-	if err := cb.Status().Patch(ctx, lie, client.MergeFrom(sp)); err != nil {
+	if err := cb.Status().Patch(ctx, lie, client.MergeFrom(real)); err != nil {
 		t.Fatalf("write the lie: %v", err)
 	}
 	// The lie is seen (something else of it arrives: the restart count or

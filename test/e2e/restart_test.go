@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -74,14 +75,21 @@ func checkRestarts(t *testing.T, ns string, n int, alpha, betaAgent *testAgent, 
 		betaAgent.start(t)
 		// The restarted agent (a new identity: it waits out the old Lease)
 		// takes its ShadowPods over without replacing a single pod.
-		eventually(t, 60*time.Second, "beta's ShadowPods mirrored again", func() error {
+		eventually(t, 60*time.Second, "beta's ShadowPods controlling their running pods again", func() error {
 			sps := &offloadingv1alpha1.ShadowPodList{}
 			if err := cb.List(ctx, sps, client.InNamespace(remoteNS)); err != nil {
 				return err
 			}
 			for _, sp := range sps.Items {
-				if sp.Spec.PodLabels["app"] == "burst" && sp.Status.Phase != corev1.PodRunning {
-					return fmt.Errorf("ShadowPod %s: phase %q", sp.Name, sp.Status.Phase)
+				if sp.Spec.PodLabels["app"] != "burst" {
+					continue
+				}
+				pod := &corev1.Pod{}
+				if err := cb.Get(ctx, client.ObjectKey{Namespace: remoteNS, Name: sp.Name}, pod); err != nil {
+					return fmt.Errorf("ShadowPod %s: %w", sp.Name, err)
+				}
+				if ref := metav1.GetControllerOf(pod); ref == nil || ref.UID != sp.UID || pod.Status.Phase != corev1.PodRunning {
+					return fmt.Errorf("ShadowPod %s: its pod %s, controller %v", sp.Name, pod.Status.Phase, ref)
 				}
 			}
 			return nil

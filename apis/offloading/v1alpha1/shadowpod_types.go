@@ -5,6 +5,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// LabelShadowPod is set by the provider on every pod it runs for a
+// ShadowPod; its value is the ShadowPod's name. The consumer watches the
+// pods carrying it to learn how its pods run.
+const LabelShadowPod = "annex.dev/shadowpod"
+
 // ShadowPodSpec is the pod a consumer wants the provider to run.
 type ShadowPodSpec struct {
 	// pod is the spec of the real pod, already translated by the consumer
@@ -29,7 +34,12 @@ type ShadowPodSpec struct {
 	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
 }
 
-// ShadowPodStatus mirrors the status of the real pod on the provider.
+// ShadowPodStatus says what the consumer cannot learn from the real pod:
+// why the provider could not create it, or, once it finished, its final
+// state (kept when the pod itself is gone). While the pod exists and runs,
+// the status is empty: the consumer reads the real pod (labelled
+// annex.dev/shadowpod) instead, so no write of the provider's repeats what
+// its kubelet already wrote.
 type ShadowPodStatus struct {
 	// phase is the real pod's phase. It is Failed, with reason Forbidden,
 	// QuotaExceeded or CreationFailed, when the provider could not create
@@ -87,14 +97,14 @@ type ShadowPodStatus struct {
 
 // ShadowPod is a pod a consumer runs on a provider. It lives in the remote
 // namespace on the provider; the provider's controller creates the real pod
-// with the same name and namespace, owns it, re-creates it while the
-// ShadowPod exists (unless it reached Succeeded or Failed) and mirrors its
-// status here.
+// with the same name and namespace, owns it, labels it annex.dev/shadowpod,
+// re-creates it while the ShadowPod exists (unless it reached Succeeded or
+// Failed) and records here only a refusal or the pod's final state.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=spod,categories=annex
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
-// +kubebuilder:printcolumn:name="PodIP",type=string,JSONPath=`.status.podIP`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ShadowPod struct {
 	metav1.TypeMeta `json:",inline"`
@@ -106,7 +116,8 @@ type ShadowPod struct {
 	// +required
 	Spec ShadowPodSpec `json:"spec"`
 
-	// status mirrors the real pod.
+	// status is a refusal or the real pod's final state (see
+	// ShadowPodStatus).
 	// +optional
 	Status ShadowPodStatus `json:"status,omitempty"`
 }

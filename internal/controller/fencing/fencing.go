@@ -44,7 +44,6 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/controller/replicator"
-	"github.com/annexhq/annex/internal/controller/shadowpod"
 	"github.com/annexhq/annex/internal/controller/tenantgc"
 )
 
@@ -251,7 +250,7 @@ func (r *Reconciler) fence(ctx context.Context, ns, consumer string, cutoff time
 	// garbage collector gives them their own grace period. A pod made at or
 	// before the cutoff belongs to a ShadowPod made no later.
 	pods := &corev1.PodList{}
-	if err := r.APIReader.List(ctx, pods, client.InNamespace(ns), client.HasLabels{shadowpod.LabelShadowPod}); err != nil {
+	if err := r.APIReader.List(ctx, pods, client.InNamespace(ns), client.HasLabels{offloadingv1alpha1.LabelShadowPod}); err != nil {
 		return 0, err
 	}
 	stopped := 0

@@ -25,7 +25,6 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/controller/replicator"
-	"github.com/annexhq/annex/internal/controller/shadowpod"
 )
 
 var now = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
@@ -79,7 +78,7 @@ func shadowPod(name string, created time.Time) *offloadingv1alpha1.ShadowPod {
 func pod(name string, owner types.UID, phase corev1.PodPhase, grace *int64) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: remoteNS, Name: name, UID: types.UID("pod-" + name),
-			Labels:          map[string]string{shadowpod.LabelShadowPod: name},
+			Labels:          map[string]string{offloadingv1alpha1.LabelShadowPod: name},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: offloadingv1alpha1.GroupVersion.String(), Kind: "ShadowPod", Name: name, UID: owner, Controller: ptr.To(true)}}},
 		Spec:   corev1.PodSpec{TerminationGracePeriodSeconds: grace, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
 		Status: corev1.PodStatus{Phase: phase},

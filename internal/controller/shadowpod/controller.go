@@ -2,8 +2,10 @@
 // ShadowPod a consumer creates in one of its remote namespaces, it creates
 // the real pod (same name and namespace, labels spec.podLabels plus
 // annex.dev/shadowpod=<name>, annotations spec.podAnnotations, spec
-// spec.pod with the provider's default requests), keeps it alive and
-// mirrors its status into the ShadowPod's status.
+// spec.pod with the provider's default requests) and keeps it alive. The
+// consumer reads the running pod's status from the pod itself; the
+// ShadowPod's status records only what the pod cannot say: a refusal, a
+// creation being retried, or the pod's final state.
 //
 // Only ShadowPods in namespaces labelled annex.dev/managed-by=annex and
 // annex.dev/remote-cluster-id=<C> are handled; C, from the namespace's label
@@ -36,12 +38,10 @@
 // ShadowPod exists is created again, unless the ShadowPod's status already
 // says Succeeded or Failed: finished pods never run again. A terminal phase
 // that a pod reaches because it is being deleted (a drain, a manual
-// deletion) is not mirrored, so such a pod is re-created once it is gone.
-// Mirroring writes the status only when it differs, so nothing is written at
-// steady state, and not at all while a new pod is only being scheduled and
-// started (Starting): the consumer learns nothing from those states (its
-// pod is Pending either way), and skipping them leaves one status write per
-// pod that starts normally, the one that says it runs. Label and annotation changes in the ShadowPod's spec are
+// deletion) is not recorded, so such a pod is re-created once it is gone.
+// The status is written only when it differs, so a pod that starts and runs
+// normally costs no ShadowPod status write at all (issue #20: the consumer
+// watches the pods, protobuf-encoded, instead). Label and annotation changes in the ShadowPod's spec are
 // added to the pod (keys are never removed: others, such as network
 // plugins, annotate pods too); other spec changes are not propagated, as a
 // pod's spec is immutable.
@@ -80,6 +80,7 @@ import (
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/controller/predicates"
 	"github.com/annexhq/annex/internal/controller/replicator"
+	"github.com/annexhq/annex/internal/podstatus"
 )
 
 // +kubebuilder:rbac:groups=offloading.annex.dev,resources=shadowpods,verbs=get;list;watch
@@ -93,10 +94,6 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 const (
-	// LabelShadowPod is set on every pod this controller creates; its value
-	// is the ShadowPod's name.
-	LabelShadowPod = "annex.dev/shadowpod"
-
 	// DefaultPendingRequeue is how soon a ShadowPod is looked at again while
 	// a previous pod of the same name is still going away.
 	DefaultPendingRequeue = 2 * time.Second
@@ -196,7 +193,7 @@ func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconcil
 // labelled pods of a consumer's namespaces (the consumer cannot create
 // others: it has no right on pods).
 func CacheByObject() map[client.Object]cache.ByObject {
-	req, _ := labels.NewRequirement(LabelShadowPod, selection.Exists, nil)
+	req, _ := labels.NewRequirement(offloadingv1alpha1.LabelShadowPod, selection.Exists, nil)
 	return map[client.Object]cache.ByObject{
 		&corev1.Pod{}: {Label: labels.NewSelector().Add(*req)},
 	}
@@ -228,7 +225,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	err := r.client.Get(ctx, req.NamespacedName, pod)
 	switch {
 	case apierrors.IsNotFound(err):
-		if Finished(sp.Status.Phase) {
+		if podstatus.Finished(sp.Status.Phase) {
 			r.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
@@ -246,7 +243,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 				return ctrl.Result{}, err
 			}
 			return ctrl.Result{RequeueAfter: r.opts.PendingRequeue}, nil
-		case Finished(sp.Status.Phase):
+		case podstatus.Finished(sp.Status.Phase):
 			return ctrl.Result{}, nil
 		case !pod.DeletionTimestamp.IsZero() || isShadowPodRef(metav1.GetControllerOf(pod)):
 			// The pod of a previous ShadowPod with this name: the garbage
@@ -269,7 +266,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 // deleted with propagationPolicy Orphan, and the garbage collector removed
 // the pod's ownerReference instead of deleting it.
 func orphaned(pod *corev1.Pod) bool {
-	_, labelled := pod.Labels[LabelShadowPod]
+	_, labelled := pod.Labels[offloadingv1alpha1.LabelShadowPod]
 	return labelled && metav1.GetControllerOf(pod) == nil
 }
 
@@ -308,7 +305,7 @@ func (r *Reconciler) deleteOrphanPod(ctx context.Context, pod *corev1.Pod) error
 		return fmt.Errorf("delete orphaned pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	msg := fmt.Sprintf("pod %s/%s is labelled %s but no ShadowPod controls it (its ShadowPod was deleted with propagationPolicy Orphan): deleted, as a consumer's pod runs only while its ShadowPod exists",
-		pod.Namespace, pod.Name, LabelShadowPod)
+		pod.Namespace, pod.Name, offloadingv1alpha1.LabelShadowPod)
 	ctrl.LoggerFrom(ctx).Info("Deleted orphaned pod", "pod", klog.KObj(pod))
 	r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonOrphanDeleted, "Delete", "%s", msg)
 	return nil
@@ -367,7 +364,7 @@ func (r *Reconciler) create(ctx context.Context, sp *offloadingv1alpha1.ShadowPo
 			// unavailable webhook, a provider ResourceQuota): say why and retry.
 			if serr := r.setStatus(ctx, sp, offloadingv1alpha1.ShadowPodStatus{
 				Phase: corev1.PodPending, Reason: offloadingv1alpha1.ReasonCreationFailed,
-				Message: truncate("cannot create the pod yet, retrying: "+err.Error(), maxMessage),
+				Message: podstatus.Truncate("cannot create the pod yet, retrying: "+err.Error(), podstatus.MaxMessage),
 			}); serr != nil {
 				log.Error(serr, "Cannot write status")
 			}
@@ -599,7 +596,7 @@ func (r *Reconciler) usage(ctx context.Context, consumer string, t *tenant, self
 				owner = ref.UID
 			}
 			cached[client.ObjectKeyFromObject(p)] = owner
-			if Finished(p.Status.Phase) {
+			if podstatus.Finished(p.Status.Phase) {
 				continue
 			}
 			m, ok := t.podRequests[p.UID]
@@ -661,7 +658,7 @@ func (r *Reconciler) desiredPod(sp *offloadingv1alpha1.ShadowPod) (*corev1.Pod, 
 func desiredLabels(sp *offloadingv1alpha1.ShadowPod) map[string]string {
 	l := make(map[string]string, len(sp.Spec.PodLabels)+1)
 	maps.Copy(l, sp.Spec.PodLabels)
-	l[LabelShadowPod] = sp.Name
+	l[offloadingv1alpha1.LabelShadowPod] = sp.Name
 	return l
 }
 
@@ -688,26 +685,30 @@ func (r *Reconciler) syncMetadata(ctx context.Context, sp *offloadingv1alpha1.Sh
 	return nil
 }
 
-// mirror copies pod's status into sp's status when it differs, except while
-// the pod is only starting and sp has no status yet (see Starting).
+// mirror records in sp's status what the consumer cannot read from pod: its
+// final state once it finished (kept when the pod is gone), nothing while it
+// runs. The consumer watches the pod itself, so mirroring a running pod would
+// only repeat, in a costlier write, what its kubelet wrote. A status written
+// before the pod existed (a creation being retried) is cleared.
 func (r *Reconciler) mirror(ctx context.Context, sp *offloadingv1alpha1.ShadowPod, pod *corev1.Pod) error {
-	if !pod.DeletionTimestamp.IsZero() && Finished(pod.Status.Phase) {
+	if !pod.DeletionTimestamp.IsZero() && podstatus.Finished(pod.Status.Phase) {
 		// Stopped by its deletion, not finished on its own: it is created
 		// again once it is gone.
 		return nil
 	}
-	if Starting(&pod.Status) && apiequality.Semantic.DeepEqual(sp.Status, offloadingv1alpha1.ShadowPodStatus{}) {
-		return nil
+	want := offloadingv1alpha1.ShadowPodStatus{}
+	if podstatus.Finished(pod.Status.Phase) {
+		want = podstatus.FromPod(pod)
 	}
-	return r.setStatus(ctx, sp, StatusFromPod(pod))
+	return r.setStatus(ctx, sp, want)
 }
 
 // refuse marks sp Failed with reason and msg and records a Warning Event.
 func (r *Reconciler) refuse(ctx context.Context, sp *offloadingv1alpha1.ShadowPod, reason, msg string) error {
 	changed := !apiequality.Semantic.DeepEqual(sp.Status, offloadingv1alpha1.ShadowPodStatus{
-		Phase: corev1.PodFailed, Reason: reason, Message: truncate(msg, maxMessage)})
+		Phase: corev1.PodFailed, Reason: reason, Message: podstatus.Truncate(msg, podstatus.MaxMessage)})
 	if err := r.setStatus(ctx, sp, offloadingv1alpha1.ShadowPodStatus{
-		Phase: corev1.PodFailed, Reason: reason, Message: truncate(msg, maxMessage),
+		Phase: corev1.PodFailed, Reason: reason, Message: podstatus.Truncate(msg, podstatus.MaxMessage),
 	}); err != nil {
 		return err
 	}
@@ -773,7 +774,7 @@ func hasAll(got, want map[string]string) bool {
 // after a deletion, and the deletion of a pod left orphaned).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	hasLabel := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		_, ok := o.GetLabels()[LabelShadowPod]
+		_, ok := o.GetLabels()[offloadingv1alpha1.LabelShadowPod]
 		return ok
 	})
 	// A pod has its ShadowPod's name: its key is the ShadowPod's, whether

@@ -28,6 +28,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/controller/replicator"
+	"github.com/annexhq/annex/internal/podstatus"
 )
 
 var now = metav1.NewTime(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
@@ -90,7 +91,7 @@ func shadowPod(t *testing.T, ns, name, requests string, mutate ...func(*offloadi
 
 // podOf is the pod the controller creates for sp.
 func podOf(sp *offloadingv1alpha1.ShadowPod, mutate ...func(*corev1.Pod)) *corev1.Pod {
-	labels := map[string]string{LabelShadowPod: sp.Name}
+	labels := map[string]string{offloadingv1alpha1.LabelShadowPod: sp.Name}
 	for k, v := range sp.Spec.PodLabels {
 		labels[k] = v
 	}
@@ -142,11 +143,13 @@ func withStatus(phase corev1.PodPhase, reason, msg string) func(*offloadingv1alp
 	}
 }
 
-var runningStatus = offloadingv1alpha1.ShadowPodStatus{
-	Phase: corev1.PodRunning, PodIP: "10.1.0.7", PodIPs: []corev1.PodIP{{IP: "10.1.0.7"}}, StartTime: &now,
-	Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
-	ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true, RestartCount: 2, Image: "nginx",
-		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}},
+// succeeded is a pod whose container exited 0.
+func succeeded(p *corev1.Pod) {
+	p.Status = corev1.PodStatus{
+		Phase: corev1.PodSucceeded, PodIP: "10.1.0.7", PodIPs: []corev1.PodIP{{IP: "10.1.0.7"}}, StartTime: &now,
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "nginx",
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}}},
+	}
 }
 
 const (
@@ -188,35 +191,34 @@ func TestReconcile(t *testing.T) {
 			wantPod: podOf(web),
 		},
 		{
-			name:    "status mirrored",
+			name:    "a running pod's status is not mirrored: the consumer reads the pod",
 			objs:    append(append([]client.Object{}, base...), podOf(web, running)),
 			sp:      web,
-			want:    runningStatus,
+			want:    offloadingv1alpha1.ShadowPodStatus{},
 			wantPod: podOf(web, running),
 		},
 		{
-			name:    "a starting pod's status is not mirrored into an empty status",
-			objs:    append(append([]client.Object{}, base...), podOf(web, scheduled)),
+			name:    "a finished pod's final state is recorded",
+			objs:    append(append([]client.Object{}, base...), podOf(web, succeeded)),
 			sp:      web,
-			want:    offloadingv1alpha1.ShadowPodStatus{},
-			wantPod: podOf(web, scheduled),
+			want:    podstatus.FromPod(podOf(web, succeeded)),
+			wantPod: podOf(web, succeeded),
 		},
 		{
-			name: "a starting pod's status replaces an earlier one",
+			name: "the status of a retried creation is cleared once the pod exists",
 			objs: append(append([]client.Object{}, base...), podOf(web, scheduled)),
 			sp: shadowPod(t, ns, "web", "cpu=1,memory=1Gi", withStatus(corev1.PodPending, offloadingv1alpha1.ReasonCreationFailed,
 				"cannot create the pod yet, retrying")),
-			want:    StatusFromPod(podOf(web, scheduled)),
+			want:    offloadingv1alpha1.ShadowPodStatus{},
 			wantPod: podOf(web, scheduled),
 		},
 		{
 			name: "labels and annotations added, others kept",
 			objs: append(append([]client.Object{}, base...), podOf(web, running, func(p *corev1.Pod) {
-				p.Labels = map[string]string{LabelShadowPod: "web", "app": "old"}
+				p.Labels = map[string]string{offloadingv1alpha1.LabelShadowPod: "web", "app": "old"}
 				p.Annotations = map[string]string{"cni.example/ip": "10.1.0.7"}
 			})),
-			sp:   web,
-			want: runningStatus,
+			sp: web,
 			wantPod: podOf(web, running, func(p *corev1.Pod) {
 				p.Annotations = map[string]string{"cni.example/ip": "10.1.0.7", "note": "offloaded"}
 			}),
@@ -700,7 +702,7 @@ func TestOrphanedPod(t *testing.T) {
 
 	// A pod without an owner in a namespace Annex does not manage for a
 	// consumer is not ours to delete, labelled or not.
-	foreign := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x", Labels: map[string]string{LabelShadowPod: "x"}}}
+	foreign := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x", Labels: map[string]string{offloadingv1alpha1.LabelShadowPod: "x"}}}
 	if err := cl.Create(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
@@ -826,62 +828,6 @@ func TestAdmissionsPerConsumer(t *testing.T) {
 	for i, c := range consumers {
 		if n := admitted[i].Load(); n != 3 {
 			t.Errorf("%s: %d admitted of 20 concurrent admissions with room for 3", c, n)
-		}
-	}
-}
-
-func TestStatusFromPodUnschedulable(t *testing.T) {
-	unschedulable := corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
-		Message: "0/1 nodes are available: 1 Insufficient cpu."}
-	const msg = "the provider cannot schedule this pod: 0/1 nodes are available: 1 Insufficient cpu. It stays Pending until the provider has room for it; " +
-		"to run it elsewhere, delete it (its controller makes a new one) or change the namespace's NamespaceOffloading"
-	for _, tc := range []struct {
-		name                string
-		s                   corev1.PodStatus
-		wantReason, wantMsg string
-	}{
-		{name: "cannot be scheduled", s: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{unschedulable}},
-			wantReason: offloadingv1alpha1.ReasonProviderUnschedulable, wantMsg: msg},
-		{name: "scheduled: nothing to say", s: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}}},
-		{name: "the pod's own reason wins", s: corev1.PodStatus{Phase: corev1.PodPending, Reason: "UnexpectedAdmissionError", Message: "m", Conditions: []corev1.PodCondition{unschedulable}},
-			wantReason: "UnexpectedAdmissionError", wantMsg: "m"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := StatusFromPod(&corev1.Pod{Status: tc.s})
-			if diff := cmp.Diff([]string{tc.wantReason, tc.wantMsg}, []string{got.Reason, got.Message}); diff != "" {
-				t.Errorf("reason and message (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func TestStarting(t *testing.T) {
-	waiting := func(reason string) []corev1.ContainerStatus {
-		return []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}}
-	}
-	tests := []struct {
-		name string
-		s    corev1.PodStatus
-		want bool
-	}{
-		{"just created", corev1.PodStatus{}, true},
-		{"pending", corev1.PodStatus{Phase: corev1.PodPending}, true},
-		{"scheduled, creating", corev1.PodStatus{Phase: corev1.PodPending,
-			Conditions:        []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}},
-			ContainerStatuses: waiting("ContainerCreating")}, true},
-		{"initializing", corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: waiting("PodInitializing")}, true},
-		{"unschedulable", corev1.PodStatus{Phase: corev1.PodPending,
-			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable"}}}, false},
-		{"image pull error", corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: waiting("ErrImagePull")}, false},
-		{"init container running", corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{{Name: "init",
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}, false},
-		{"evicted", corev1.PodStatus{Phase: corev1.PodPending, Reason: "UnexpectedAdmissionError"}, false},
-		{"running", corev1.PodStatus{Phase: corev1.PodRunning}, false},
-		{"failed", corev1.PodStatus{Phase: corev1.PodFailed}, false},
-	}
-	for _, tt := range tests {
-		if got := Starting(&tt.s); got != tt.want {
-			t.Errorf("%s: Starting = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

@@ -1,13 +1,14 @@
 // Package podreflector owns the pods of one virtual node, alone (what a
 // kubelet does for its pods; virtual-kubelet's pod controller is not used):
 // it turns each local pod bound to the node into a ShadowPod on the
-// provider, reflects the ShadowPod's status back into the local pod,
-// carries out deletions, and handles the provider's failures.
+// provider, reflects the status of the pod the provider runs for it back
+// into the local pod, carries out deletions, and handles the provider's
+// failures.
 //
 // # How work flows
 //
 // A Reflector is level-based. Every trigger — an event of the node's pod
-// informer, an event of a ShadowPod informer on the provider, a
+// informer, an event of a ShadowPod or pod informer on the provider, a
 // reachability transition, a remote namespace becoming Ready — only queues
 // the pod's key ("<namespace>/<name>") on two work queues:
 //
@@ -18,13 +19,16 @@
 //     and delete the local pod when its ShadowPod disappeared on the
 //     provider;
 //   - the status queue (status.go) writes the local pod's status (and the
-//     annex.dev/remote-unavailable label) from the ShadowPod's status and the
-//     provider's reachability, with optimistic concurrency.
+//     annex.dev/remote-unavailable label) from the provider's pod (or, when
+//     there is none, the ShadowPod's status: a refusal, or the final state
+//     of a pod that is gone) and the provider's reachability, with
+//     optimistic concurrency.
 //
 // The two queues are separate so that status writes, which only talk to the
 // local API server, are never stuck behind a call to a hung provider. An
 // event queues a pod only on the queues whose work it can change: a status
-// change of a ShadowPod or of a local pod does not queue remote work, and
+// change of a ShadowPod, of a provider's pod or of a local pod does not
+// queue remote work, and
 // the echo of the reflector's own status write queues nothing. The queues
 // are named (StatusQueueName, RemoteQueueName), so client-go's work queue
 // metrics show their adds, depth and latency on the agent's metrics
@@ -41,11 +45,12 @@
 // # Writes per pod
 //
 // An offloaded pod costs one write here when all goes well: its status
-// once the provider reports the pod running (phase, IPs, Ready). Nothing is
-// written while its ShadowPod is being created or while the provider says
-// nothing about the pod yet (its ShadowPod controller writes no status
-// while the pod is only being scheduled and started); the Offloaded
-// condition comes with that first status. Only what needs saying earlier
+// once the provider's pod runs (phase, IPs, Ready). Nothing is written
+// while its ShadowPod is being created or while the provider's pod is only
+// being scheduled and started (podstatus.Starting); the Offloaded condition
+// comes with that first status. The provider writes nothing back either: the
+// pod's status is read from the pod its kubelet wrote, not copied into the
+// ShadowPod (issue #20). Only what needs saying earlier
 // (the remote namespace is not ready, dependencies are missing, the
 // provider refused the pod, its status is an error) is written earlier.
 // One consequence: after a restart of the agent, a pod that never got a
@@ -69,7 +74,10 @@
 // ShadowPods are watched with one client-go informer per remote namespace
 // (the consumer's credentials are namespaced: it may list and watch only
 // inside its tenant and remote namespaces), label-selected on
-// annex.dev/remote-cluster-id=<this cluster>. The informers live in a
+// annex.dev/remote-cluster-id=<this cluster>, and the provider's pods with
+// another, label-selected on annex.dev/shadowpod and encoded in protobuf.
+// Both caches are trimmed to what the reflector reads. A pod counts only
+// while the ShadowPod of its name is its controller (same UID). The informers live in a
 // session that exists only while the provider is reachable: a reachability
 // transition to unreachable ends the session (and cancels every remote call
 // in flight), a transition back starts a fresh one whose initial lists are

@@ -104,6 +104,9 @@ type Reflector struct {
 	// listWatch builds the ShadowPod list-watch of a remote namespace;
 	// nil means restListWatch. Tests replace it.
 	listWatch func(rc rest.Interface, remoteNamespace string) cache.ListerWatcher
+	// podListWatch builds the list-watch of the provider's pods in a
+	// remote namespace; nil means podListWatch. Tests replace it.
+	podListWatch func(cs kubernetes.Interface, remoteNamespace string) cache.ListerWatcher
 }
 
 // seenShadow records that the pod with key (and UID) has a ShadowPod: the

@@ -22,17 +22,20 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/podstatus"
 )
 
 // fakeRemotes is a provider that is always configured; whether the reflector
@@ -140,10 +143,13 @@ func newEnv(t *testing.T, pods []*corev1.Pod, spods ...*offloadingv1alpha1.Shado
 		remoteObjs = append(remoteObjs, sp)
 	}
 	e.remote = fake.NewClientBuilder().WithScheme(scheme).
-		WithStatusSubresource(&offloadingv1alpha1.ShadowPod{}).
+		WithStatusSubresource(&offloadingv1alpha1.ShadowPod{}, &corev1.Pod{}).
 		WithObjects(remoteObjs...).
 		WithInterceptorFuncs(interceptor.Funcs{
 			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if _, ok := obj.(*corev1.Pod); ok {
+					return c.Create(ctx, obj, opts...) // the provider's own, made by the test
+				}
 				e.calls.Add(1)
 				if p := e.createErr.Load(); p != nil {
 					return *p
@@ -195,6 +201,18 @@ func newEnv(t *testing.T, pods []*corev1.Pod, spods ...*offloadingv1alpha1.Shado
 			},
 			WatchFuncWithContext: func(ctx context.Context, _ metav1.ListOptions) (watch.Interface, error) {
 				return e.remote.Watch(ctx, &offloadingv1alpha1.ShadowPodList{}, client.InNamespace(ns))
+			},
+		}}
+	}
+	e.r.podListWatch = func(_ kubernetes.Interface, ns string) cache.ListerWatcher {
+		return noWatchList{&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+				list := &corev1.PodList{}
+				err := e.remote.List(ctx, list, client.InNamespace(ns), client.HasLabels{offloadingv1alpha1.LabelShadowPod})
+				return list, err
+			},
+			WatchFuncWithContext: func(ctx context.Context, _ metav1.ListOptions) (watch.Interface, error) {
+				return e.remote.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns), client.HasLabels{offloadingv1alpha1.LabelShadowPod})
 			},
 		}}
 	}
@@ -292,14 +310,32 @@ func runningStatus(ip string) offloadingv1alpha1.ShadowPodStatus {
 	}
 }
 
-func (e *env) setShadowStatus(name string, st offloadingv1alpha1.ShadowPodStatus) {
+// setRemoteStatus makes the provider's pod of ShadowPod name (created if
+// needed, controlled by the ShadowPod and labelled as the provider's
+// controller does) have status st, as its kubelet would.
+func (e *env) setRemoteStatus(name string, st offloadingv1alpha1.ShadowPodStatus) {
 	e.t.Helper()
 	sp, err := e.shadow(name)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	sp.Status = st
-	if err := e.remote.Status().Update(e.ctx, sp); err != nil {
+	status := corev1.PodStatus{Phase: st.Phase, Reason: st.Reason, Message: st.Message, PodIP: st.PodIP, PodIPs: st.PodIPs,
+		StartTime: st.StartTime, Conditions: st.Conditions, InitContainerStatuses: st.InitContainerStatuses,
+		ContainerStatuses: st.ContainerStatuses}
+	pod := &corev1.Pod{}
+	err = e.remote.Get(e.ctx, client.ObjectKeyFromObject(sp), pod)
+	switch {
+	case apierrors.IsNotFound(err):
+		pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sp.Namespace, Name: sp.Name,
+			Labels:          map[string]string{offloadingv1alpha1.LabelShadowPod: sp.Name},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sp, offloadingv1alpha1.GroupVersion.WithKind("ShadowPod"))}},
+			Spec: sp.Spec.Pod, Status: status}
+		err = e.remote.Create(e.ctx, pod)
+	case err == nil:
+		pod.Status = status
+		err = e.remote.Status().Update(e.ctx, pod)
+	}
+	if err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -352,7 +388,7 @@ func TestCreateAndReflectStatus(t *testing.T) {
 		t.Errorf("%d status writes before the provider reported a status, want 0", n)
 	}
 
-	e.setShadowStatus("web", runningStatus("10.246.0.9"))
+	e.setRemoteStatus("web", runningStatus("10.246.0.9"))
 	e.waitReady("web", corev1.ConditionTrue, false)
 	p, _ := e.pod("web")
 	if p.Status.Phase != corev1.PodRunning || p.Status.PodIP != "10.246.0.9" || p.Status.HostIP != "127.0.0.1" ||
@@ -466,7 +502,7 @@ func TestRemoteDeletionReflected(t *testing.T) {
 		}
 		return nil
 	})
-	e.setShadowStatus("web", runningStatus("10.246.0.9"))
+	e.setRemoteStatus("web", runningStatus("10.246.0.9"))
 	e.eventually("Offloaded", func() error {
 		p, _ := e.pod("web")
 		if !wasOffloaded(p) {
@@ -546,7 +582,7 @@ func TestProviderFailure(t *testing.T) {
 	e.r.SetReachability(Reachable)
 	for _, n := range []string{"web", "web-2"} {
 		e.eventually("ShadowPod "+n, func() error { _, err := e.shadow(n); return err })
-		e.setShadowStatus(n, runningStatus("10.246.0.9"))
+		e.setRemoteStatus(n, runningStatus("10.246.0.9"))
 		e.waitReady(n, corev1.ConditionTrue, false)
 	}
 
@@ -725,7 +761,7 @@ func TestNamespaceNoLongerOffloaded(t *testing.T) {
 	e := newEnv(t, []*corev1.Pod{localPod("web", "uid-web")})
 	e.r.SetReachability(Reachable)
 	e.eventually("ShadowPod created", func() error { _, err := e.shadow("web"); return err })
-	e.setShadowStatus("web", runningStatus("10.246.0.9"))
+	e.setRemoteStatus("web", runningStatus("10.246.0.9"))
 	e.waitReady("web", corev1.ConditionTrue, false)
 
 	// Unoffloaded: the remote namespace goes with the pod in it.
@@ -755,11 +791,11 @@ func TestStatusProblemsReportedOnce(t *testing.T) {
 	bad := runningStatus("not-an-ip")
 	bad.Conditions = append(bad.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue},
 		corev1.PodCondition{Type: "example.com/gate", Status: corev1.ConditionTrue})
-	e.setShadowStatus("web", bad)
+	e.setRemoteStatus("web", bad)
 	e.waitReady("web", corev1.ConditionTrue, false)
 	for i := range int32(3) { // three more status writes with the same problems
 		bad.ContainerStatuses[0].RestartCount = 2 + i
-		e.setShadowStatus("web", bad)
+		e.setRemoteStatus("web", bad)
 		e.eventually("restart count written", func() error {
 			p, _ := e.pod("web")
 			if got := p.Status.ContainerStatuses[0].RestartCount; got != 2+i {
@@ -785,7 +821,7 @@ func TestStatusProblemsReportedOnce(t *testing.T) {
 
 	// Another bad value is another Event.
 	bad.PodIP, bad.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}}
-	e.setShadowStatus("web", bad)
+	e.setRemoteStatus("web", bad)
 	e.eventually("a third Event", func() error {
 		if n := len(e.events.with(ReasonProviderStatusRefused)); n != 3 {
 			return fmt.Errorf("%d Events", n)
@@ -800,7 +836,7 @@ func TestRefusedMetadataNotRetried(t *testing.T) {
 	e := newEnv(t, []*corev1.Pod{localPod("web", "uid-web")})
 	e.r.SetReachability(Reachable)
 	e.eventually("ShadowPod created", func() error { _, err := e.shadow("web"); return err })
-	e.setShadowStatus("web", runningStatus("10.246.0.9"))
+	e.setRemoteStatus("web", runningStatus("10.246.0.9"))
 	e.waitReady("web", corev1.ConditionTrue, false)
 
 	refused := apierrors.NewInvalid(schema.GroupKind{Group: "offloading.annex.dev", Kind: "ShadowPod"}, "web",
@@ -822,7 +858,7 @@ func TestRefusedMetadataNotRetried(t *testing.T) {
 	// More pod events (status writes) must not send the refused patch again.
 	st := runningStatus("10.246.0.9")
 	st.ContainerStatuses[0].RestartCount = 5
-	e.setShadowStatus("web", st)
+	e.setRemoteStatus("web", st)
 	e.eventually("status written", func() error {
 		p, _ := e.pod("web")
 		if p.Status.ContainerStatuses[0].RestartCount != 5 {
@@ -853,4 +889,83 @@ func TestRefusedMetadataNotRetried(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+func TestRemoteStatus(t *testing.T) {
+	local := localPod("web", "uid-web")
+	creating := corev1.PodStatus{Phase: corev1.PodPending,
+		Conditions:        []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}}
+	running := corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.246.0.9",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	retrying := offloadingv1alpha1.ShadowPodStatus{Phase: corev1.PodPending, Reason: offloadingv1alpha1.ReasonCreationFailed, Message: "retrying"}
+	succeeded := offloadingv1alpha1.ShadowPodStatus{Phase: corev1.PodSucceeded}
+	tests := []struct {
+		name        string
+		spStatus    offloadingv1alpha1.ShadowPodStatus
+		pod         *corev1.PodStatus // the provider's pod, nil: none
+		owner       types.UID         // its controller; "" the ShadowPod
+		deleting    bool
+		want        offloadingv1alpha1.ShadowPodStatus
+		wantNothing bool
+	}{
+		{name: "no pod, nothing recorded", wantNothing: true},
+		{name: "no pod: the recorded final state", spStatus: succeeded, want: succeeded},
+		{name: "no pod: a creation being retried", spStatus: retrying, want: retrying},
+		{name: "a pod only being started says nothing yet", pod: &creating,
+			want: podstatus.FromPod(&corev1.Pod{Status: creating}), wantNothing: true},
+		{name: "the running pod wins over a retried creation", spStatus: retrying, pod: &running,
+			want: podstatus.FromPod(&corev1.Pod{Status: running})},
+		{name: "a previous ShadowPod's pod is not this one's", pod: &running, owner: "sp-old", wantNothing: true},
+		{name: "a pod stopped by its deletion is not finished", spStatus: retrying, deleting: true,
+			pod: &corev1.PodStatus{Phase: corev1.PodFailed}, want: retrying},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sp := shadowOf(local, "sp-web")
+			sp.Status = tt.spStatus
+			e := newEnv(t, []*corev1.Pod{local}, sp)
+			e.r.SetReachability(Reachable)
+			e.waitSynced()
+			if tt.pod != nil {
+				owner := tt.owner
+				if owner == "" {
+					owner = sp.UID
+				}
+				p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sp.Namespace, Name: sp.Name,
+					Labels: map[string]string{offloadingv1alpha1.LabelShadowPod: sp.Name},
+					OwnerReferences: []metav1.OwnerReference{{APIVersion: offloadingv1alpha1.GroupVersion.String(), Kind: "ShadowPod",
+						Name: sp.Name, UID: owner, Controller: ptr.To(true)}}},
+					Spec: sp.Spec.Pod, Status: *tt.pod}
+				if tt.deleting {
+					p.Finalizers = []string{"test/hold"}
+				}
+				if err := e.remote.Create(e.ctx, p); err != nil {
+					t.Fatal(err)
+				}
+				if tt.deleting {
+					if err := e.remote.Delete(e.ctx, p); err != nil {
+						t.Fatal(err)
+					}
+				}
+				e.eventually("the provider's pod seen", func() error {
+					e.r.mu.Lock()
+					w := e.r.sess.watches["demo"]
+					e.r.mu.Unlock()
+					o, ok, _ := w.pods.GetStore().GetByKey(sp.Namespace + "/" + sp.Name)
+					if !ok || (tt.deleting && o.(*corev1.Pod).DeletionTimestamp == nil) {
+						return errors.New("not yet")
+					}
+					return nil
+				})
+			}
+			got, nothing := e.r.remoteStatus("demo", sp)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+			if nothing != tt.wantNothing {
+				t.Errorf("nothing = %v, want %v", nothing, tt.wantNothing)
+			}
+		})
+	}
 }

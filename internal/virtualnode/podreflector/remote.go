@@ -8,16 +8,20 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/podstatus"
 	"github.com/annexhq/annex/internal/remote"
 )
 
@@ -31,20 +35,24 @@ const (
 )
 
 // session is the reflector's view of the provider while it is reachable:
-// one ShadowPod informer per remote namespace. Cancelling ctx stops the
-// informers and aborts every remote call made with it.
+// a ShadowPod and a pod informer per remote namespace. Cancelling ctx stops
+// the informers and aborts every remote call made with it.
 type session struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	cfg     *rest.Config // the provider's config the session was built from
 	rest    rest.Interface
-	watches map[string]*nsWatch // by local namespace
+	core    kubernetes.Interface // protobuf-encoded, for the provider's pods
+	watches map[string]*nsWatch  // by local namespace
 }
 
-// nsWatch is the ShadowPod informer of one remote namespace.
+// nsWatch holds the informers of one remote namespace: its ShadowPods, and
+// the pods the provider runs for them (labelled annex.dev/shadowpod), whose
+// status is what the local pods show.
 type nsWatch struct {
 	local, remote string
 	informer      cache.SharedIndexInformer
+	pods          cache.SharedIndexInformer
 	cancel        context.CancelFunc
 	synced        atomic.Bool
 }
@@ -64,8 +72,13 @@ func (r *Reflector) startSessionLocked() {
 		r.cfg.Log.Error(err, "Cannot build the provider's ShadowPod client")
 		return
 	}
+	core, err := podClient(cfg)
+	if err != nil {
+		r.cfg.Log.Error(err, "Cannot build the provider's pod client")
+		return
+	}
 	ctx, cancel := context.WithCancel(r.runCtx)
-	r.sess = &session{ctx: ctx, cancel: cancel, cfg: cfg, rest: rc, watches: map[string]*nsWatch{}}
+	r.sess = &session{ctx: ctx, cancel: cancel, cfg: cfg, rest: rc, core: core, watches: map[string]*nsWatch{}}
 	r.syncWatchesLocked()
 	r.cfg.Log.V(1).Info("Provider session started", "namespaces", len(r.sess.watches))
 }
@@ -119,27 +132,38 @@ func (r *Reflector) syncWatchesLocked() {
 		if _, ok := s.watches[local]; ok {
 			continue
 		}
-		w := &nsWatch{local: local, remote: remote, informer: r.newShadowPodInformer(s.rest, remote)}
+		w := &nsWatch{local: local, remote: remote, informer: r.newShadowPodInformer(s.rest, remote),
+			pods: r.newPodInformer(s.core, remote)}
 		_, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { r.onShadowPod(w, obj) },
 			UpdateFunc: func(old, obj any) { r.onShadowPodUpdate(w, old, obj) },
 			DeleteFunc: func(obj any) { r.onShadowPod(w, obj) },
 		})
+		if err == nil {
+			// A change of a provider's pod can only change the status of
+			// the local pod of the same name.
+			_, err = w.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { r.onRemotePod(w, obj) },
+				UpdateFunc: func(_, obj any) { r.onRemotePod(w, obj) },
+				DeleteFunc: func(obj any) { r.onRemotePod(w, obj) },
+			})
+		}
 		if err != nil {
-			r.cfg.Log.Error(err, "Cannot watch ShadowPods", "remoteNamespace", remote)
+			r.cfg.Log.Error(err, "Cannot watch the remote namespace", "remoteNamespace", remote)
 			continue
 		}
 		ctx, cancel := context.WithCancel(s.ctx)
 		w.cancel = cancel
 		s.watches[local] = w
 		go w.informer.RunWithContext(ctx)
+		go w.pods.RunWithContext(ctx)
 		go func() {
-			if !cache.WaitForCacheSync(ctx.Done(), w.informer.HasSynced) {
+			if !cache.WaitForCacheSync(ctx.Done(), w.informer.HasSynced, w.pods.HasSynced) {
 				return
 			}
 			w.synced.Store(true)
-			r.cfg.Log.V(1).Info("ShadowPods listed", "namespace", local, "remoteNamespace", remote,
-				"count", len(w.informer.GetStore().ListKeys()))
+			r.cfg.Log.V(1).Info("ShadowPods and their pods listed", "namespace", local, "remoteNamespace", remote,
+				"shadowPods", len(w.informer.GetStore().ListKeys()), "pods", len(w.pods.GetStore().ListKeys()))
 			// Reconcile the namespace with the remote truth: its pods, and
 			// the ShadowPods whose pod may be gone (orphans).
 			r.enqueueNamespace(local)
@@ -148,6 +172,13 @@ func (r *Reflector) syncWatchesLocked() {
 				r.enqueue(podKey(local, name))
 			}
 		}()
+	}
+}
+
+// onRemotePod queues the status of the local pod a provider's pod runs for.
+func (r *Reflector) onRemotePod(w *nsWatch, obj any) {
+	if o, ok := metaOf(obj); ok {
+		r.statusQ.Add(podKey(w.local, o.GetName()))
 	}
 }
 
@@ -204,6 +235,50 @@ func (r *Reflector) lookup(namespace, name string) (sp *offloadingv1alpha1.Shado
 	return sp, true
 }
 
+// remotePod returns the provider's pod that runs sp (in the remote namespace
+// of local namespace namespace), nil when there is none: not created yet,
+// gone, not sp's (a previous ShadowPod's of the same name), or stopped by
+// its deletion rather than finished on its own. The returned object belongs
+// to the informer's cache and is trimmed (trimPod).
+func (r *Reflector) remotePod(namespace string, sp *offloadingv1alpha1.ShadowPod) *corev1.Pod {
+	r.mu.Lock()
+	var w *nsWatch
+	if r.sess != nil {
+		w = r.sess.watches[namespace]
+	}
+	r.mu.Unlock()
+	if w == nil {
+		return nil
+	}
+	obj, ok, err := w.pods.GetStore().GetByKey(w.remote + "/" + sp.Name)
+	if err != nil || !ok {
+		return nil
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil
+	}
+	if ref := metav1.GetControllerOfNoCopy(pod); ref == nil || ref.UID != sp.UID {
+		return nil
+	}
+	if pod.DeletionTimestamp != nil && podstatus.Finished(pod.Status.Phase) {
+		return nil
+	}
+	return pod
+}
+
+// remoteStatus returns what the provider says about sp's pod: the status of
+// its pod while there is one (remotePod), else the ShadowPod's own status (a
+// refusal, a creation being retried, the final state of a pod that is gone).
+// nothing is true when that says nothing yet: the pod is only being
+// scheduled and started, or neither says anything.
+func (r *Reflector) remoteStatus(namespace string, sp *offloadingv1alpha1.ShadowPod) (st offloadingv1alpha1.ShadowPodStatus, nothing bool) {
+	if pod := r.remotePod(namespace, sp); pod != nil {
+		return podstatus.FromPod(pod), podstatus.Starting(&pod.Status)
+	}
+	return sp.Status, equality.Semantic.DeepEqual(sp.Status, offloadingv1alpha1.ShadowPodStatus{})
+}
+
 // sessionContext returns the context of the current session, nil without
 // one. Remote calls use it so that they end when the provider becomes
 // unreachable.
@@ -244,6 +319,82 @@ func trimShadowPod(obj any) (any, error) {
 	sp.ManagedFields = nil
 	sp.Spec.Pod = corev1.PodSpec{TerminationGracePeriodSeconds: sp.Spec.Pod.TerminationGracePeriodSeconds}
 	return sp, nil
+}
+
+// newPodInformer lists and watches the pods the provider runs for
+// ShadowPods in one remote namespace (labelled annex.dev/shadowpod: the
+// namespace is this consumer's alone). Its cache holds them trimmed
+// (trimPod).
+func (r *Reflector) newPodInformer(cs kubernetes.Interface, remoteNamespace string) cache.SharedIndexInformer {
+	newLW := r.podListWatch
+	if newLW == nil {
+		newLW = podListWatch
+	}
+	inf := cache.NewSharedIndexInformer(newLW(cs, remoteNamespace), &corev1.Pod{}, 0, cache.Indexers{})
+	// Only fails once the informer runs.
+	_ = inf.SetTransform(trimPod)
+	return inf
+}
+
+// trimPod is the transform of the pod informers: the cache keeps a pod's
+// name, namespace, UID, resourceVersion, deletion timestamp, owner
+// references and status, all that remotePod and remoteStatus read. The
+// spec, labels, annotations and managedFields would more than double the
+// consumer agent's heap per offloaded pod.
+func trimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil // a DeletedFinalStateUnknown
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+			DeletionTimestamp: pod.DeletionTimestamp, OwnerReferences: pod.OwnerReferences,
+		},
+		Status: pod.Status,
+	}, nil
+}
+
+// podSelector selects the pods a provider runs for ShadowPods.
+var podSelector = labels.NewSelector().Add(mustExists(offloadingv1alpha1.LabelShadowPod)).String()
+
+func mustExists(key string) labels.Requirement {
+	req, err := labels.NewRequirement(key, selection.Exists, nil)
+	if err != nil {
+		panic(err)
+	}
+	return *req
+}
+
+// podListWatch lists and watches the pods of podSelector in a remote
+// namespace.
+func podListWatch(cs kubernetes.Interface, remoteNamespace string) cache.ListerWatcher {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = podSelector
+			return cs.CoreV1().Pods(remoteNamespace).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = podSelector
+			return cs.CoreV1().Pods(remoteNamespace).Watch(ctx, o)
+		},
+	}
+}
+
+// podClient returns a clientset for the provider's core API that speaks
+// protobuf: pods decode several times faster than JSON.
+func podClient(cfg *rest.Config) (kubernetes.Interface, error) {
+	c := rest.CopyConfig(cfg)
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	if c.QPS == 0 && c.RateLimiter == nil {
+		c.QPS, c.Burst = watchQPS, watchBurst
+	}
+	cs, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		return nil, fmt.Errorf("build the provider's pod client: %w", err)
+	}
+	return cs, nil
 }
 
 // shadowPodSelector selects the ShadowPods of this consumer.

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
-	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/metrics"
 )
 
@@ -124,11 +123,11 @@ func (r *Reflector) desiredPod(key string, pod *corev1.Pod) *corev1.Pod {
 // ShadowPod has no status yet, or it has no ShadowPod and none is pending
 // for a reason worth writing (its creation is under way), or the provider's
 // view is not synced yet. Most events of a burst are such: the pod bound,
-// its ShadowPod created. The provider's ShadowPod controller writes no
-// status while the pod is only being scheduled and started, so a pod
-// stays Pending as it is until the write that says how it runs: writing
-// Offloaded=True alone first would cost every offloaded pod one more write,
-// queued before the writes that make pods Ready.
+// its ShadowPod created, the provider's pod created, scheduled and being
+// started (podstatus.Starting). A pod stays Pending as it is until the write
+// that says how it runs: writing Offloaded=True alone first would cost every
+// offloaded pod one more write, queued before the writes that make pods
+// Ready.
 func (r *Reflector) nothingYet(key string, pod *corev1.Pod) bool {
 	if !untouched(pod) {
 		return false
@@ -141,7 +140,8 @@ func (r *Reflector) nothingYet(key string, pod *corev1.Pod) bool {
 	case !known:
 		return true
 	case sp != nil && OriginUID(sp) == string(pod.UID):
-		return equality.Semantic.DeepEqual(sp.Status, offloadingv1alpha1.ShadowPodStatus{})
+		_, nothing := r.remoteStatus(pod.Namespace, sp)
+		return nothing
 	case isFinished(pod):
 		return true
 	default:
@@ -200,7 +200,8 @@ func (r *Reflector) desiredReachable(key string, pod, out *corev1.Pod, sc Status
 	}
 	if sp != nil && OriginUID(sp) == string(pod.UID) {
 		var problems []StatusProblem
-		out.Status, problems = TranslateStatus(pod, sp, sc)
+		remote, _ := r.remoteStatus(pod.Namespace, sp)
+		out.Status, problems = TranslateStatus(pod, sp, remote, sc)
 		r.reportProblems(key, pod, problems)
 		return true
 	}

@@ -81,7 +81,7 @@ func TestTranslatedStatusAccepted(t *testing.T) {
 			if err != nil {
 				t.Fatalf("initial status: %v", err)
 			}
-			got, problems := TranslateStatus(created, in.shadow, sc)
+			got, problems := TranslateStatus(created, in.shadow, in.shadow.Status, sc)
 			created.Status = got
 			if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
 				t.Errorf("the API server refused the translated status: %v\nproblems: %v", err, problems)

@@ -397,7 +397,7 @@ func TestTranslateStatusRules(t *testing.T) {
 			if tt.want != nil {
 				tt.want(&want)
 			}
-			got, problems := TranslateStatus(local, sp, StatusContext{ProviderID: "beta", NodeIP: "127.0.0.1",
+			got, problems := TranslateStatus(local, sp, sp.Status, StatusContext{ProviderID: "beta", NodeIP: "127.0.0.1",
 				IPs: remapTranslator(t), Now: now})
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("status (-want +got):\n%s", diff)
@@ -417,7 +417,7 @@ func TestTranslateStatusManyProblems(t *testing.T) {
 	for i := range 100 {
 		remote.ContainerStatuses = append(remote.ContainerStatuses, running(fmt.Sprintf("x%d", i), 0))
 	}
-	_, problems := TranslateStatus(honestLocal(), shadow(remote), StatusContext{ProviderID: "beta", IPs: remapTranslator(t), Now: now})
+	_, problems := TranslateStatus(honestLocal(), shadow(remote), remote, StatusContext{ProviderID: "beta", IPs: remapTranslator(t), Now: now})
 	if len(problems) != maxProblemsPerStatus+1 {
 		t.Fatalf("%d problems, want %d", len(problems), maxProblemsPerStatus+1)
 	}
@@ -463,7 +463,7 @@ func FuzzTranslateStatus(f *testing.F) {
 		}
 		local := honestLocal()
 		setCondition(local.Status.Conditions, cond(lbGate, corev1.ConditionFalse, "Waiting", t0))
-		got, problems := TranslateStatus(local, shadow(remote), StatusContext{ProviderID: "beta", NodeIP: "127.0.0.1",
+		got, problems := TranslateStatus(local, shadow(remote), remote, StatusContext{ProviderID: "beta", NodeIP: "127.0.0.1",
 			IPs: remapTranslator(t), Now: now})
 		if err := checkTranslated(local, &got); err != nil {
 			t.Fatalf("%v\nremote: %s\nproblems: %v", err, data, problems)

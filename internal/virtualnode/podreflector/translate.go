@@ -80,7 +80,8 @@ type StatusContext struct {
 }
 
 // TranslateStatus returns the status of local given its ShadowPod sp on the
-// provider, and what it refused of the provider's status (see
+// provider and what the provider says of sp's pod (remote: see
+// remoteStatus), and what it refused of the provider's status (see
 // statuscheck.go for the rules): phase, reason, message, container statuses
 // (restart counts, states), start time and the kubelet's conditions come
 // from the provider's pod, checked and bounded; pod IPs are translated and
@@ -89,13 +90,12 @@ type StatusContext struct {
 // DisruptionTarget, readiness gates, ...) and the QoS class are kept from
 // local, whatever the provider says about them. Ready is False while a
 // readiness gate of local is not True.
-func TranslateStatus(local *corev1.Pod, sp *offloadingv1alpha1.ShadowPod, sc StatusContext) (corev1.PodStatus, []StatusProblem) {
+func TranslateStatus(local *corev1.Pod, sp *offloadingv1alpha1.ShadowPod, remote offloadingv1alpha1.ShadowPodStatus, sc StatusContext) (corev1.PodStatus, []StatusProblem) {
 	ips := sc.IPs
 	if ips == nil {
 		ips = IdentityIPTranslator
 	}
 	check := &statusCheck{now: sc.Now.Time}
-	remote := &sp.Status
 	out := *local.Status.DeepCopy()
 
 	out.Phase = check.phase(remote.Phase, local.Status.Phase)

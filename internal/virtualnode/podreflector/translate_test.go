@@ -102,7 +102,7 @@ func TestTranslateStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			local := tt.local.DeepCopy()
-			got, problems := TranslateStatus(local, tt.sp, StatusContext{ProviderID: "beta", NodeIP: "127.0.0.1", IPs: tt.ips, Now: now})
+			got, problems := TranslateStatus(local, tt.sp, tt.sp.Status, StatusContext{ProviderID: "beta", NodeIP: "127.0.0.1", IPs: tt.ips, Now: now})
 			if len(problems) > 0 {
 				t.Errorf("TranslateStatus found problems in an honest status: %v", problems)
 			}
@@ -123,12 +123,12 @@ func TestTranslateStatusReadinessGates(t *testing.T) {
 	local := &corev1.Pod{Spec: corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: gate}}}}
 	sc := StatusContext{ProviderID: "beta", Now: now}
 
-	got, _ := TranslateStatus(local, sp, sc)
+	got, _ := TranslateStatus(local, sp, sp.Status, sc)
 	if c := getPodCondition(&got, corev1.PodReady); c == nil || c.Status != corev1.ConditionFalse || c.Reason != ReasonReadinessGatesNotReady {
 		t.Fatalf("gate not set: Ready %+v", c)
 	}
 	local.Status.Conditions = []corev1.PodCondition{{Type: gate, Status: corev1.ConditionTrue}}
-	got, _ = TranslateStatus(local, sp, sc)
+	got, _ = TranslateStatus(local, sp, sp.Status, sc)
 	if c := getPodCondition(&got, corev1.PodReady); c == nil || c.Status != corev1.ConditionTrue {
 		t.Fatalf("gate True: Ready %+v", c)
 	}

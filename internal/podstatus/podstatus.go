@@ -1,4 +1,9 @@
-package shadowpod
+// Package podstatus owns what the status of a provider's pod means to
+// Annex: the part of it the consumer shows in its own pod (FromPod), when a
+// pod is only being started and has nothing to report yet (Starting), and
+// when it is finished for good (Finished). The provider's ShadowPod
+// controller and the consumer's pod reflector both use it, so they agree.
+package podstatus
 
 import (
 	"strings"
@@ -10,19 +15,22 @@ import (
 
 // Bounds of ShadowPodStatus fields (see the CRD).
 const (
-	maxReason     = 256
-	maxMessage    = 32768
+	MaxReason     = 256
+	MaxMessage    = 32768
 	maxConditions = 32
 	maxPodIPs     = 2
 )
 
-// StatusFromPod returns the ShadowPod status that mirrors pod's status.
-func StatusFromPod(pod *corev1.Pod) offloadingv1alpha1.ShadowPodStatus {
+// FromPod returns the part of pod's status that the consumer takes (still
+// to be checked and bounded there), in the ShadowPod status's form. An
+// unschedulable pod gets reason ProviderUnschedulable and a message that
+// says what to do.
+func FromPod(pod *corev1.Pod) offloadingv1alpha1.ShadowPodStatus {
 	s := pod.Status.DeepCopy()
 	out := offloadingv1alpha1.ShadowPodStatus{
 		Phase:                 s.Phase,
-		Reason:                truncate(s.Reason, maxReason),
-		Message:               truncate(s.Message, maxMessage),
+		Reason:                Truncate(s.Reason, MaxReason),
+		Message:               Truncate(s.Message, MaxMessage),
 		PodIP:                 s.PodIP,
 		PodIPs:                s.PodIPs,
 		StartTime:             s.StartTime,
@@ -36,8 +44,8 @@ func StatusFromPod(pod *corev1.Pod) offloadingv1alpha1.ShadowPodStatus {
 			// there what a local pod's user would learn from the
 			// scheduler, and what to do.
 			out.Reason = offloadingv1alpha1.ReasonProviderUnschedulable
-			out.Message = truncate("the provider cannot schedule this pod: "+strings.TrimRight(c.Message, ". ")+
-				". It stays Pending until the provider has room for it; to run it elsewhere, delete it (its controller makes a new one) or change the namespace's NamespaceOffloading", maxMessage)
+			out.Message = Truncate("the provider cannot schedule this pod: "+strings.TrimRight(c.Message, ". ")+
+				". It stays Pending until the provider has room for it; to run it elsewhere, delete it (its controller makes a new one) or change the namespace's NamespaceOffloading", MaxMessage)
 		}
 	}
 	if len(out.PodIPs) > maxPodIPs {
@@ -88,12 +96,13 @@ func Starting(s *corev1.PodStatus) bool {
 }
 
 // Finished reports whether phase is terminal: a ShadowPod that reached it is
-// never run again.
+// never run again, and a local pod that reached it never changes again.
 func Finished(phase corev1.PodPhase) bool {
 	return phase == corev1.PodSucceeded || phase == corev1.PodFailed
 }
 
-func truncate(s string, n int) string {
+// Truncate returns s cut to at most n bytes.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
