@@ -44,6 +44,10 @@ type BurstTrial struct {
 	// CleanupSeconds is how long deleting it took until no pod (and, when
 	// offloaded, no ShadowPod) was left on either cluster; not a result.
 	CleanupSeconds float64 `json:"cleanupSeconds"`
+	// QuietWaitSeconds is how long the trial waited before it started for
+	// the machine to be quiet (waitQuiet): the work the previous trial's
+	// clean-up left behind (kwok deleting its pods) is not this trial's.
+	QuietWaitSeconds float64 `json:"quietWaitSeconds,omitempty"`
 	// CPUSeconds is the CPU time the whole machine used from the
 	// Deployment's creation to the last pod Ready (both clusters, the
 	// agents, the benchmark: /proc/stat), and CPUBusy the share of the
@@ -195,7 +199,7 @@ func logBurst(e *env, t BurstTrial, cfg Config, err error) {
 	if t.Profiled {
 		clean = " (agents profiled meanwhile; pods kept for the footprint phase)"
 	}
-	e.log.printf("%s: all Ready in %6.2fs (first %5.2fs, half %5.2fs, %6.1f pods/s)%s", label, t.AllReadySeconds, t.FirstReadySeconds, t.HalfReadySeconds, t.PodsPerSecond, clean)
+	e.log.printf("%s: all Ready in %6.2fs (first %5.2fs, half %5.2fs, %6.1f pods/s)%s; started after %.1fs waiting for a quiet machine", label, t.AllReadySeconds, t.FirstReadySeconds, t.HalfReadySeconds, t.PodsPerSecond, clean, t.QuietWaitSeconds)
 	if len(t.CPUBusyPerCPU) > 0 || len(t.ProcessCPUSeconds) > 0 {
 		e.log.printf("%s: CPUs busy %s; CPU-seconds %s", label, perCPULine(t.CPUBusyPerCPU), processCPULine(t.ProcessCPUSeconds))
 	}
@@ -281,6 +285,11 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 		case <-time.After(pinSettle):
 		}
 	}
+	waited, err := waitQuiet(ctx, quietBusy, quietFor, quietMax)
+	if err != nil {
+		return err
+	}
+	t.QuietWaitSeconds = waited.Seconds()
 	agentCPU0 := e.agentCPU()
 	adds0 := e.queueAdds(ctx)
 	procs0 := procCPU(e.clusterProcs())

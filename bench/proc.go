@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -261,4 +262,43 @@ func procCPU(procs []clusterProc) map[string]float64 {
 		out[key] = s.CPUSeconds
 	}
 	return out
+}
+
+// What a quiet machine is before a burst trial: its CPUs together at most
+// quietBusy busy over quietFor, waited for at most quietMax. A trial that
+// follows another's clean-up otherwise starts while kwok still works off
+// the deletions of the last trial's pods (seen: the first offloaded pod's
+// running status 5 s late, behind 1000 deletions of direct pods).
+const (
+	quietBusy = 0.30
+	quietFor  = time.Second
+	quietMax  = time.Minute
+)
+
+// waitQuiet waits until the machine's CPUs were at most busy busy over one
+// interval of length every, or until limit passed (then it goes on: a machine
+// that never quiets down is reported by the trials' CPU use). It returns
+// how long it waited.
+func waitQuiet(ctx context.Context, busy float64, every, limit time.Duration) (time.Duration, error) {
+	start := time.Now()
+	prev, err := readMachineCPU()
+	if err != nil {
+		return 0, nil // no /proc/stat: nothing to wait for
+	}
+	for time.Since(start) < limit {
+		select {
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		case <-time.After(every):
+		}
+		cur, err := readMachineCPU()
+		if err != nil {
+			return time.Since(start), nil
+		}
+		if _, b := cpuUse(prev, cur); b <= busy {
+			return time.Since(start), nil
+		}
+		prev = cur
+	}
+	return time.Since(start), nil
 }

@@ -13,6 +13,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 // Profile is a pprof profile taken from an agent during the run. It is
@@ -94,8 +97,16 @@ func (e *env) captureAPIServerProfile(ctx context.Context, k *kube, target, when
 	p := Profile{Target: target, Agent: k.Name(), Component: apiServer, Kind: "cpu", When: when}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(seconds)*time.Second+30*time.Second)
 	defer cancel()
-	data, err := k.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
-		Param("seconds", fmt.Sprint(seconds)).Timeout(time.Duration(seconds)*time.Second + 30*time.Second).DoRaw(ctx)
+	// The profile takes longer than k.cs's 30 s bound on every request:
+	// a client of its own, bounded by ctx.
+	cfg := rest.CopyConfig(k.cfg)
+	cfg.Timeout = 0
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return p, err
+	}
+	data, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", fmt.Sprint(seconds)).DoRaw(ctx)
 	if err != nil {
 		return p, fmt.Errorf("profile of %s: %w", p.of(), err)
 	}

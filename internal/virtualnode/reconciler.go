@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -98,6 +99,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	cfg := rest.CopyConfig(mgr.GetConfig())
 	cfg.QPS, cfg.Burst = r.opts.KubeAPIQPS, r.opts.KubeAPIBurst
 	cfg.UserAgent = "annex-virtual-node"
+	// Pods, Nodes, Leases and Events are core types: protobuf saves the
+	// agent and the API server a JSON encoding and decoding of every pod
+	// event and status write (the API server encodes a watch event once
+	// per format its watchers asked for, and the rest speak protobuf).
+	cfg.ContentType = runtime.ContentTypeProtobuf
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("virtual nodes: build clientset: %w", err)

@@ -287,6 +287,8 @@ func (r *Reflector) startSessionLocked() {
 		r.cfg.Log.Info("Cannot watch the provider's Events", "error", err.Error())
 		return
 	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.ContentType = runtime.ContentTypeProtobuf // Events are a core type
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		r.cfg.Log.Error(err, "Cannot build the provider's client")

@@ -959,7 +959,7 @@ func TestRemoteStatus(t *testing.T) {
 					return nil
 				})
 			}
-			got, nothing := e.r.remoteStatus("demo", sp)
+			got, nothing := e.r.remoteStatus("demo", sp), e.r.remoteSaysNothing("demo", sp)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("status (-want +got):\n%s", diff)
 			}

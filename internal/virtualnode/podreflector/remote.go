@@ -270,13 +270,22 @@ func (r *Reflector) remotePod(namespace string, sp *offloadingv1alpha1.ShadowPod
 // remoteStatus returns what the provider says about sp's pod: the status of
 // its pod while there is one (remotePod), else the ShadowPod's own status (a
 // refusal, a creation being retried, the final state of a pod that is gone).
-// nothing is true when that says nothing yet: the pod is only being
-// scheduled and started, or neither says anything.
-func (r *Reflector) remoteStatus(namespace string, sp *offloadingv1alpha1.ShadowPod) (st offloadingv1alpha1.ShadowPodStatus, nothing bool) {
+func (r *Reflector) remoteStatus(namespace string, sp *offloadingv1alpha1.ShadowPod) offloadingv1alpha1.ShadowPodStatus {
 	if pod := r.remotePod(namespace, sp); pod != nil {
-		return podstatus.FromPod(pod), podstatus.Starting(&pod.Status)
+		return podstatus.FromPod(pod)
 	}
-	return sp.Status, equality.Semantic.DeepEqual(sp.Status, offloadingv1alpha1.ShadowPodStatus{})
+	return sp.Status
+}
+
+// remoteSaysNothing reports, without copying anything, that what the
+// provider says about sp's pod says nothing yet: its pod is only being
+// scheduled and started, or there is no pod and the ShadowPod has no
+// status. Most events of a burst are such.
+func (r *Reflector) remoteSaysNothing(namespace string, sp *offloadingv1alpha1.ShadowPod) bool {
+	if pod := r.remotePod(namespace, sp); pod != nil {
+		return podstatus.Starting(&pod.Status)
+	}
+	return equality.Semantic.DeepEqual(sp.Status, offloadingv1alpha1.ShadowPodStatus{})
 }
 
 // sessionContext returns the context of the current session, nil without

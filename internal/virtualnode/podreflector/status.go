@@ -140,8 +140,7 @@ func (r *Reflector) nothingYet(key string, pod *corev1.Pod) bool {
 	case !known:
 		return true
 	case sp != nil && OriginUID(sp) == string(pod.UID):
-		_, nothing := r.remoteStatus(pod.Namespace, sp)
-		return nothing
+		return r.remoteSaysNothing(pod.Namespace, sp)
 	case isFinished(pod):
 		return true
 	default:
@@ -200,8 +199,7 @@ func (r *Reflector) desiredReachable(key string, pod, out *corev1.Pod, sc Status
 	}
 	if sp != nil && OriginUID(sp) == string(pod.UID) {
 		var problems []StatusProblem
-		remote, _ := r.remoteStatus(pod.Namespace, sp)
-		out.Status, problems = TranslateStatus(pod, sp, remote, sc)
+		out.Status, problems = TranslateStatus(pod, sp, r.remoteStatus(pod.Namespace, sp), sc)
 		r.reportProblems(key, pod, problems)
 		return true
 	}
