@@ -90,7 +90,9 @@ var presets = map[string]Config{
 		BurstSizes: []int{10, 100, 1000, 5000}, BurstTrials: 3,
 		FailurePods: 100, FailureTrials: 20,
 		UnpeerSizes: []int{10, 100}, UnpeerTrials: 3,
-		FootprintPods: 1000,
+		// Issue #20's memory target is at 5000 offloaded pods: the last
+		// shared offloaded trial of N=5000 keeps its pods for the window.
+		FootprintPods: 5000,
 		Settle:        Duration(30 * time.Second), Window: Duration(60 * time.Second),
 		StreamRate: 20, StreamDuration: Duration(5 * time.Minute),
 		FreshTrials: 5, FreshPods: 20,

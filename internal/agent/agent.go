@@ -270,7 +270,7 @@ func cacheByObject(extra ...map[client.Object]cache.ByObject) map[client.Object]
 //
 //   - transit: the node, the phase, the transit address annotation;
 //   - shadowpod: owner references, labels and annotations, deletion, the
-//     whole status (mirrored into the ShadowPod);
+//     whole status (a finished pod's is recorded in its ShadowPod);
 //   - shadowendpointslice: the phase and the pod IPs;
 //   - reflection (through netview) and gatewayconfig: the namespace, the
 //     node, the phase, the pod IPs, deletion and the transit address

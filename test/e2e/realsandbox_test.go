@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -318,19 +319,23 @@ func TestRealNodeSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Load: the offloaded container burns CPU (up to its 300m limit,
-		// 6 times its request) through kubectl exec on alpha.
+		// 6 times its request) through kubectl exec on alpha, 20 s at a
+		// time until the HPA scaled up (the load then ends within 20 s).
 		burnCtx, stopBurn := context.WithTimeout(ctx, 4*time.Minute)
 		defer stopBurn()
+		var scaled atomic.Bool
 		burned := make(chan error, 1)
 		burnStart := time.Now()
 		go func() {
-			cmd := exec.CommandContext(burnCtx, filepath.Join(localcluster.DefaultBinDir(), "kubectl"), "--kubeconfig", alpha.KubeconfigPath(),
-				"exec", "-n", ns, pod, "--", "/echo-server", "burn", "100s")
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				err = fmt.Errorf("%w: %s", err, out)
+			for !scaled.Load() {
+				cmd := exec.CommandContext(burnCtx, filepath.Join(localcluster.DefaultBinDir(), "kubectl"), "--kubeconfig", alpha.KubeconfigPath(),
+					"exec", "-n", ns, pod, "--", "/echo-server", "burn", "20s")
+				if out, err := cmd.CombinedOutput(); err != nil {
+					burned <- fmt.Errorf("%w: %s", err, out)
+					return
+				}
 			}
-			burned <- err
+			burned <- nil
 		}()
 		eventually(t, 180*time.Second, "the HPA scales hot up, the new replicas Ready on annex-beta", func() error {
 			if err := ca.Get(ctx, client.ObjectKeyFromObject(hpa), hpa); err != nil {
@@ -347,6 +352,7 @@ func TestRealNodeSandbox(t *testing.T) {
 			})
 		})
 		t.Logf("the HPA scaled hot up to %d replicas %s after the load started", hpa.Status.DesiredReplicas, time.Since(burnStart).Round(time.Second))
+		scaled.Store(true)
 		select {
 		case err := <-burned:
 			if err != nil {

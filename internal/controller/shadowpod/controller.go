@@ -41,10 +41,10 @@
 // deletion) is not recorded, so such a pod is re-created once it is gone.
 // The status is written only when it differs, so a pod that starts and runs
 // normally costs no ShadowPod status write at all (issue #20: the consumer
-// watches the pods, protobuf-encoded, instead). Label and annotation changes in the ShadowPod's spec are
-// added to the pod (keys are never removed: others, such as network
-// plugins, annotate pods too); other spec changes are not propagated, as a
-// pod's spec is immutable.
+// watches the pods, protobuf-encoded, instead). Label and annotation
+// changes in the ShadowPod's spec are added to the pod (keys are never
+// removed: others, such as network plugins, annotate pods too); other spec
+// changes are not propagated, as a pod's spec is immutable.
 package shadowpod
 
 import (
@@ -101,8 +101,7 @@ const (
 
 // DefaultMaxConcurrentReconciles is the number of workers of the
 // controller. Nearly all of a reconcile's time is API round trips (the
-// pod's creation, status mirror patches as the pod is scheduled and starts,
-// label syncs), while the serialized quota check takes a few milliseconds
+// pod's creation, label syncs), while the serialized quota check takes a few milliseconds
 // of CPU. With one worker a burst of 1000 ShadowPods waited for each round
 // trip in turn (bench: 10 pods/s against the 55 pods/s of the provider's
 // own ReplicaSet controller and scheduler). A busy API server answers a pod
@@ -258,7 +257,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if err := r.syncMetadata(ctx, sp, pod); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.mirror(ctx, sp, pod)
+	return ctrl.Result{}, r.recordStatus(ctx, sp, pod)
 }
 
 // orphaned reports whether pod was created by this controller (labelled
@@ -318,8 +317,8 @@ const ReasonOrphanDeleted = "OrphanDeleted"
 // create admits the ShadowPod (Validate, then CheckQuota on its pod with the
 // default requests applied) and creates its pod. Only the quota check and
 // the reservation of the room it takes are serialized, per consumer
-// (reserve); the ServiceAccount, the pod's creation, a refusal or the first
-// status mirror are written outside of it.
+// (reserve); the ServiceAccount, the pod's creation or a refusal are
+// written outside of it.
 func (r *Reconciler) create(ctx context.Context, sp *offloadingv1alpha1.ShadowPod, consumer string) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	if errs := Validate(&sp.Spec, r.opts.AllowPrivileged); len(errs) > 0 {
@@ -374,14 +373,10 @@ func (r *Reconciler) create(ctx context.Context, sp *offloadingv1alpha1.ShadowPo
 	r.settle(key, consumer, pod)
 	log.Info("Created pod")
 	if apiequality.Semantic.DeepEqual(sp.Status, offloadingv1alpha1.ShadowPodStatus{}) {
-		// Nothing to correct: the pod's creation event reconciles sp
-		// again, and mirrors the status the pod has by then (usually
-		// scheduled already). Mirroring the just-created pod would cost
-		// one more write of the ShadowPod, and of its local pod on the
-		// consumer, per pod.
+		// Nothing to clear: a new pod has no final state to record.
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, r.mirror(ctx, sp, pod)
+	return ctrl.Result{}, r.recordStatus(ctx, sp, pod)
 }
 
 // admissionRetry is how soon a ShadowPod that does not fit is checked again
@@ -685,12 +680,12 @@ func (r *Reconciler) syncMetadata(ctx context.Context, sp *offloadingv1alpha1.Sh
 	return nil
 }
 
-// mirror records in sp's status what the consumer cannot read from pod: its
+// recordStatus records in sp's status what the consumer cannot read from pod: its
 // final state once it finished (kept when the pod is gone), nothing while it
 // runs. The consumer watches the pod itself, so mirroring a running pod would
 // only repeat, in a costlier write, what its kubelet wrote. A status written
 // before the pod existed (a creation being retried) is cleared.
-func (r *Reconciler) mirror(ctx context.Context, sp *offloadingv1alpha1.ShadowPod, pod *corev1.Pod) error {
+func (r *Reconciler) recordStatus(ctx context.Context, sp *offloadingv1alpha1.ShadowPod, pod *corev1.Pod) error {
 	if !pod.DeletionTimestamp.IsZero() && podstatus.Finished(pod.Status.Phase) {
 		// Stopped by its deletion, not finished on its own: it is created
 		// again once it is gone.
@@ -770,7 +765,7 @@ func hasAll(got, want map[string]string) bool {
 // SetupWithManager registers the controller "shadowpod" on mgr. It is
 // triggered by ShadowPod creation, spec changes and deletion (not by its own
 // status writes) and by every change of a pod labelled annex.dev/shadowpod,
-// which wakes the ShadowPod of the same name (status mirroring, re-creation
+// which wakes the ShadowPod of the same name (a final state recorded, re-creation
 // after a deletion, and the deletion of a pod left orphaned).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	hasLabel := predicate.NewPredicateFuncs(func(o client.Object) bool {

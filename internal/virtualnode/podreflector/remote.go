@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -347,9 +346,8 @@ func (r *Reflector) newPodInformer(cs kubernetes.Interface, remoteNamespace stri
 
 // trimPod is the transform of the pod informers: the cache keeps a pod's
 // name, namespace, UID, resourceVersion, deletion timestamp, owner
-// references and status, all that remotePod and remoteStatus read. The
-// spec, labels, annotations and managedFields would more than double the
-// consumer agent's heap per offloaded pod.
+// references and status, all that remotePod and remoteStatus read; the
+// spec, labels, annotations and managedFields are not kept.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -364,16 +362,9 @@ func trimPod(obj any) (any, error) {
 	}, nil
 }
 
-// podSelector selects the pods a provider runs for ShadowPods.
-var podSelector = labels.NewSelector().Add(mustExists(offloadingv1alpha1.LabelShadowPod)).String()
-
-func mustExists(key string) labels.Requirement {
-	req, err := labels.NewRequirement(key, selection.Exists, nil)
-	if err != nil {
-		panic(err)
-	}
-	return *req
-}
+// podSelector selects the pods a provider runs for ShadowPods: those with
+// the label, whatever its value.
+const podSelector = offloadingv1alpha1.LabelShadowPod
 
 // podListWatch lists and watches the pods of podSelector in a remote
 // namespace.
