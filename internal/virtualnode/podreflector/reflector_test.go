@@ -949,10 +949,7 @@ func TestRemoteStatus(t *testing.T) {
 					}
 				}
 				e.eventually("the provider's pod seen", func() error {
-					e.r.mu.Lock()
-					w := e.r.sess.watches["demo"]
-					e.r.mu.Unlock()
-					o, ok, _ := w.pods.GetStore().GetByKey(sp.Namespace + "/" + sp.Name)
+					o, ok, _ := e.r.watchOf("demo").pods.GetStore().GetByKey(sp.Namespace + "/" + sp.Name)
 					if !ok || (tt.deleting && o.(*corev1.Pod).DeletionTimestamp == nil) {
 						return errors.New("not yet")
 					}

@@ -214,12 +214,7 @@ func (r *Reflector) onShadowPodUpdate(w *nsWatch, oldObj, obj any) {
 // trimmed (trimShadowPod): of spec.pod it holds only what the reflector
 // reads.
 func (r *Reflector) lookup(namespace, name string) (sp *offloadingv1alpha1.ShadowPod, known bool) {
-	r.mu.Lock()
-	var w *nsWatch
-	if r.sess != nil {
-		w = r.sess.watches[namespace]
-	}
-	r.mu.Unlock()
+	w := r.watchOf(namespace)
 	if w == nil || !w.synced.Load() {
 		return nil, false
 	}
@@ -234,18 +229,24 @@ func (r *Reflector) lookup(namespace, name string) (sp *offloadingv1alpha1.Shado
 	return sp, true
 }
 
+// watchOf returns the informers of local namespace namespace in the current
+// session, nil without a session or without a watch of that namespace.
+func (r *Reflector) watchOf(namespace string) *nsWatch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sess == nil {
+		return nil
+	}
+	return r.sess.watches[namespace]
+}
+
 // remotePod returns the provider's pod that runs sp (in the remote namespace
 // of local namespace namespace), nil when there is none: not created yet,
 // gone, not sp's (a previous ShadowPod's of the same name), or stopped by
 // its deletion rather than finished on its own. The returned object belongs
 // to the informer's cache and is trimmed (trimPod).
 func (r *Reflector) remotePod(namespace string, sp *offloadingv1alpha1.ShadowPod) *corev1.Pod {
-	r.mu.Lock()
-	var w *nsWatch
-	if r.sess != nil {
-		w = r.sess.watches[namespace]
-	}
-	r.mu.Unlock()
+	w := r.watchOf(namespace)
 	if w == nil {
 		return nil
 	}
@@ -306,9 +307,14 @@ func (r *Reflector) newShadowPodInformer(rc rest.Interface, remoteNamespace stri
 	if newLW == nil {
 		newLW = r.restListWatch
 	}
-	inf := cache.NewSharedIndexInformer(newLW(rc, remoteNamespace), &offloadingv1alpha1.ShadowPod{}, 0, cache.Indexers{})
-	// Only fails once the informer runs.
-	_ = inf.SetTransform(trimShadowPod)
+	return trimmedInformer(newLW(rc, remoteNamespace), &offloadingv1alpha1.ShadowPod{}, trimShadowPod)
+}
+
+// trimmedInformer is an informer of lw's objects whose cache holds them
+// as trim leaves them.
+func trimmedInformer(lw cache.ListerWatcher, obj runtime.Object, trim cache.TransformFunc) cache.SharedIndexInformer {
+	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
+	_ = inf.SetTransform(trim) // only fails once the informer runs
 	return inf
 }
 
@@ -338,10 +344,7 @@ func (r *Reflector) newPodInformer(cs kubernetes.Interface, remoteNamespace stri
 	if newLW == nil {
 		newLW = podListWatch
 	}
-	inf := cache.NewSharedIndexInformer(newLW(cs, remoteNamespace), &corev1.Pod{}, 0, cache.Indexers{})
-	// Only fails once the informer runs.
-	_ = inf.SetTransform(trimPod)
-	return inf
+	return trimmedInformer(newLW(cs, remoteNamespace), &corev1.Pod{}, trimPod)
 }
 
 // trimPod is the transform of the pod informers: the cache keeps a pod's
