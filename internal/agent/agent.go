@@ -34,6 +34,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/podstatus"
 )
 
 // The agent's RBAC. controller-gen turns these markers into charts/annex/templates/rbac/role.yaml.
@@ -264,10 +265,15 @@ func cacheByObject(extra ...map[client.Object]cache.ByObject) map[client.Object]
 
 // TrimPod is the transform of the pods in the agent's cache. The cache holds
 // every pod of the cluster (the consumer's offloaded pods, the provider's
-// ShadowPod pods, anyone else's), and its readers only look at a pod's
-// metadata (labels, annotations such as the transit address, owner
-// references, deletion), spec.nodeName and status:
+// ShadowPod pods, anyone else's), and its readers look at a pod's metadata
+// (labels, annotations such as the transit address, owner references,
+// deletion), its status and a small part of its spec:
 //
+//   - the virtual nodes (podreflector, eventreflector): the pods bound to
+//     them, with podstatus.StatusSpec of their spec (the status
+//     translation reads container names, images and restart policies);
+//     the reflector reads a pod whole from the API server when it creates
+//     the pod's ShadowPod;
 //   - transit: the node, the phase, the transit address annotation;
 //   - shadowpod: owner references, labels and annotations, deletion, the
 //     whole status (a finished pod's is recorded in its ShadowPod);
@@ -279,21 +285,23 @@ func cacheByObject(extra ...map[client.Object]cache.ByObject) map[client.Object]
 //     addresses; restricting the cached pods to ShadowPods' would leave
 //     the consumer's out).
 //
-// So the cache keeps a pod's metadata without managedFields and its status,
-// and of its spec only nodeName: with 1000 offloaded pods the rest of the
-// spec (containers, volumes, tolerations) was the largest part of the
-// consumer agent's heap. A reader that needs more of a pod's spec must read
-// it from the API server (the manager's API reader) or widen this
-// transform. Writes stay correct: pods from the cache are only patched with
-// merge patches computed from a copy (client.MergeFrom), which carry the
-// changed fields only.
+// So the cache keeps a pod's metadata without managedFields, its status,
+// and of its spec only podstatus.StatusSpec: with 5000 offloaded pods
+// the rest of the spec (volumes, env, resources, tolerations) and a second
+// cache of the same pods were the largest part of the consumer agent's
+// heap. A reader that needs more of a pod's spec must read it from the API
+// server or widen this transform. Writes stay correct: pods from the cache
+// are patched with merge patches computed from a copy (client.MergeFrom),
+// which carry the changed fields only, and the virtual nodes' status
+// writes (pods/status) cannot change a pod's spec: the API server keeps
+// the stored one.
 func TrimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil // a DeletedFinalStateUnknown
 	}
 	pod.ManagedFields = nil
-	pod.Spec = corev1.PodSpec{NodeName: pod.Spec.NodeName}
+	pod.Spec = podstatus.StatusSpec(&pod.Spec)
 	return pod, nil
 }
 

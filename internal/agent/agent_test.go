@@ -47,7 +47,7 @@ current-context: c
 }
 
 // The cache keeps of a pod what the agent's controllers read: metadata
-// without managedFields, spec.nodeName and the status.
+// without managedFields, podstatus.StatusSpec of the spec, and the status.
 func TestTrimPod(t *testing.T) {
 	now := metav1.Now()
 	pod := &corev1.Pod{
@@ -58,13 +58,14 @@ func TestTrimPod(t *testing.T) {
 			OwnerReferences: []metav1.OwnerReference{{Kind: "ShadowPod", Name: "web", UID: "s1"}},
 			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
 		},
-		Spec: corev1.PodSpec{NodeName: "annex-beta", Containers: []corev1.Container{{Name: "app", Image: "nginx"}}},
+		Spec: corev1.PodSpec{NodeName: "annex-beta", Containers: []corev1.Container{{Name: "app", Image: "nginx",
+			Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}}, Volumes: []corev1.Volume{{Name: "data"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}},
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
 	want := pod.DeepCopy()
 	want.ManagedFields = nil
-	want.Spec = corev1.PodSpec{NodeName: "annex-beta"}
+	want.Spec = corev1.PodSpec{NodeName: "annex-beta", Containers: []corev1.Container{{Name: "app", Image: "nginx"}}}
 	got, err := TrimPod(pod)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@
 // pod is only being started and has nothing to report yet (Starting), and
 // when it is finished for good (Finished). The provider's ShadowPod
 // controller and the consumer's pod reflector both use it, so they agree.
+// It also names the part of a pod's spec that reading a status needs
+// (StatusSpec), which is all the agent's cache keeps of a spec.
 package podstatus
 
 import (
@@ -107,4 +109,38 @@ func Truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
+}
+
+// StatusSpec returns the part of a pod's spec that the consumer's pod
+// reflector reads from its cache of local pods: the node, the restart
+// policies, the readiness gates, the termination grace period, and each
+// container's name, image and restart policy (the status translation and
+// its checks). A cache of pods may keep only this of each pod's spec (the
+// agent's does): the reflector reads a pod whole from the API server once,
+// when it creates the pod's ShadowPod.
+func StatusSpec(s *corev1.PodSpec) corev1.PodSpec {
+	return corev1.PodSpec{
+		NodeName:                      s.NodeName,
+		RestartPolicy:                 s.RestartPolicy,
+		TerminationGracePeriodSeconds: s.TerminationGracePeriodSeconds,
+		ReadinessGates:                s.ReadinessGates,
+		InitContainers:                statusContainers(s.InitContainers),
+		Containers:                    statusContainers(s.Containers),
+	}
+}
+
+func statusContainers(in []corev1.Container) []corev1.Container {
+	if in == nil {
+		return nil
+	}
+	out := make([]corev1.Container, len(in))
+	for i := range in {
+		out[i] = corev1.Container{
+			Name:               in[i].Name,
+			Image:              in[i].Image,
+			RestartPolicy:      in[i].RestartPolicy,
+			RestartPolicyRules: in[i].RestartPolicyRules,
+		}
+	}
+	return out
 }

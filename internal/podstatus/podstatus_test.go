@@ -64,3 +64,34 @@ func TestStarting(t *testing.T) {
 		}
 	}
 }
+
+func TestStatusSpec(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	grace := int64(7)
+	full := corev1.PodSpec{
+		NodeName:                      "annex-beta",
+		RestartPolicy:                 corev1.RestartPolicyOnFailure,
+		TerminationGracePeriodSeconds: &grace,
+		ReadinessGates:                []corev1.PodReadinessGate{{ConditionType: "example.com/ready"}},
+		InitContainers: []corev1.Container{{Name: "sidecar", Image: "proxy:1", RestartPolicy: &always,
+			Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}},
+		Containers: []corev1.Container{{Name: "app", Image: "app:1", Command: []string{"run"},
+			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+		Volumes:     []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		Tolerations: []corev1.Toleration{{Key: "virtual-node.annex.dev/not-allowed", Operator: corev1.TolerationOpExists}},
+	}
+	want := corev1.PodSpec{
+		NodeName:                      "annex-beta",
+		RestartPolicy:                 corev1.RestartPolicyOnFailure,
+		TerminationGracePeriodSeconds: &grace,
+		ReadinessGates:                []corev1.PodReadinessGate{{ConditionType: "example.com/ready"}},
+		InitContainers:                []corev1.Container{{Name: "sidecar", Image: "proxy:1", RestartPolicy: &always}},
+		Containers:                    []corev1.Container{{Name: "app", Image: "app:1"}},
+	}
+	if diff := cmp.Diff(want, StatusSpec(&full)); diff != "" {
+		t.Errorf("StatusSpec (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(corev1.PodSpec{}, StatusSpec(&corev1.PodSpec{})); diff != "" {
+		t.Errorf("StatusSpec of an empty spec (-want +got):\n%s", diff)
+	}
+}

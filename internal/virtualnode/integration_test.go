@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -465,10 +466,12 @@ func (l *transitionLog) last(reachable bool) time.Time {
 
 // runAgent runs what the agent runs for virtual nodes: a manager with
 // remote.Manager (pointing at the provider with admin credentials) and the
-// virtual node reconciler. The returned channel closes when it stopped.
+// virtual node reconciler. Its cache trims pods as the agent's does.
+// The returned channel closes when it stopped.
 func runAgent(ctx context.Context, t *testing.T, ccfg, pcfg *rest.Config, scheme *runtime.Scheme) (<-chan struct{}, *transitionLog) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(ccfg, ctrl.Options{
+		Cache:                  cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: agent.TrimPod}}},
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",

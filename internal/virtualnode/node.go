@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
@@ -30,6 +30,7 @@ import (
 // nodeDeps are what every virtual node shares with the reconciler.
 type nodeDeps struct {
 	cs             kubernetes.Interface
+	pods           toolscache.SharedIndexInformer // the manager's, with nodeIndex
 	remotes        podreflector.Remotes
 	scheme         *runtime.Scheme
 	recorder       events.EventRecorder
@@ -42,8 +43,8 @@ type nodeDeps struct {
 
 // virtualNode is one running virtual node: virtual-kubelet's node
 // controller (Node, status, lease), the pod reflector, which owns the
-// node's pods alone, and the node's own pod informer (field-selected on
-// spec.nodeName).
+// node's pods alone, and the event reflector. Both read the node's pods
+// from the manager's pod informer (nodepods.go).
 type virtualNode struct {
 	key       types.NamespacedName
 	clusterID string
@@ -104,18 +105,24 @@ func (n *virtualNode) start(parent context.Context) error {
 		return fmt.Errorf("read Node %s: %w", n.name, err)
 	}
 
-	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, nodeutil.PodInformerFilter(n.name),
-		informers.WithTransform(stripManagedFields))
-	podInformer := factory.Core().V1().Pods()
-	inf := podInformer.Informer()
+	pods := nodePods{indexer: n.deps.pods.GetIndexer(), node: n.name}
+	var regs []toolscache.ResourceEventHandlerRegistration
+	synced := func() bool {
+		for _, reg := range regs {
+			if !reg.HasSynced() {
+				return false
+			}
+		}
+		return true
+	}
 	n.reflector = podreflector.New(podreflector.Config{
 		NodeName:       n.name,
 		NodeIP:         n.deps.opts.NodeIP,
 		ProviderID:     n.clusterID,
 		LocalClusterID: n.deps.localClusterID,
 		Local:          cs,
-		Pods:           podInformer.Lister(),
-		PodsSynced:     inf.HasSynced,
+		Pods:           pods,
+		PodsSynced:     synced,
 		Remotes:        n.deps.remotes,
 		Scheme:         n.deps.scheme,
 		Recorder:       n.deps.recorder,
@@ -125,22 +132,29 @@ func (n *virtualNode) start(parent context.Context) error {
 		Clock:          n.deps.clock,
 	})
 	n.reflector.SetVirtualLabels(n.spec.Labels)
-	if _, err := inf.AddEventHandler(n.reflector.PodEventHandler()); err != nil {
-		return err
-	}
 	n.events = eventreflector.New(eventreflector.Config{
 		NodeName:   n.name,
 		ProviderID: n.clusterID,
 		Local:      cs,
-		Pods:       podInformer.Lister(),
-		PodsSynced: inf.HasSynced,
+		Pods:       pods,
+		PodsSynced: synced,
 		Remotes:    n.deps.remotes,
 		Origin:     n.reflector.ShadowPodOrigin,
 		Log:        n.log.WithName("events"),
 		Clock:      n.deps.clock,
 	})
-	if _, err := inf.AddEventHandler(n.events.PodEventHandler()); err != nil {
-		return err
+	unsubscribe := func() {
+		for _, reg := range regs {
+			_ = n.deps.pods.RemoveEventHandler(reg) // fails only once the informer stopped
+		}
+	}
+	for _, h := range []toolscache.ResourceEventHandler{n.reflector.PodEventHandler(), n.events.PodEventHandler()} {
+		reg, err := n.deps.pods.AddEventHandler(toolscache.FilteringResourceEventHandler{FilterFunc: onNode(n.name), Handler: h})
+		if err != nil {
+			unsubscribe()
+			return fmt.Errorf("subscribe to the pods of node %s: %w", n.name, err)
+		}
+		regs = append(regs, reg)
 	}
 	ctx, cancel := context.WithCancel(parent)
 	ctx = vklog.WithLogger(ctx, vkLogger{l: n.log.WithName("vk")})
@@ -148,7 +162,6 @@ func (n *virtualNode) start(parent context.Context) error {
 	n.pushReachability()
 
 	var wg sync.WaitGroup
-	factory.Start(ctx.Done())
 	wg.Go(func() {
 		if err := n.reflector.Run(ctx); err != nil && ctx.Err() == nil {
 			n.log.Error(err, "Pod reflector stopped")
@@ -164,7 +177,7 @@ func (n *virtualNode) start(parent context.Context) error {
 	wg.Go(func() { n.runTaintSync(ctx) })
 	go func() {
 		wg.Wait()
-		factory.Shutdown()
+		unsubscribe()
 		close(n.done)
 	}()
 	n.log.Info("Virtual node started")
@@ -492,17 +505,6 @@ func (n *virtualNode) syncTaints(ctx context.Context) error {
 		_, err = nodes.Update(ctx, node, metav1.UpdateOptions{FieldManager: podreflector.FieldManager})
 		return err
 	})
-}
-
-// stripManagedFields is the transform of the node's pod informer: nothing
-// reads a pod's managedFields, which are a good part of a pod's size. Pods
-// from this cache are written back with UpdateStatus; managedFields left
-// out of a write are kept by the API server.
-func stripManagedFields(obj any) (any, error) {
-	if o, ok := obj.(metav1.Object); ok {
-		o.SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 // signal sets a level-triggered flag channel of capacity 1.

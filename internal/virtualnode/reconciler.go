@@ -108,8 +108,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return fmt.Errorf("virtual nodes: build clientset: %w", err)
 	}
+	pods, err := sharedPods(mgr.GetCache())
+	if err != nil {
+		return err
+	}
 	r.deps = &nodeDeps{
 		cs:             cs,
+		pods:           pods,
 		remotes:        r.remotes,
 		scheme:         mgr.GetScheme(),
 		recorder:       mgr.GetEventRecorder("annex-virtual-node"),

@@ -50,8 +50,8 @@ type Config struct {
 	// Local is the local cluster's clientset (pod status writes and
 	// deletions).
 	Local kubernetes.Interface
-	// Pods lists the pods bound to the node (an informer with a
-	// spec.nodeName field selector); PodsSynced reports its sync.
+	// Pods lists the pods bound to the node; PodsSynced reports its sync.
+	// Its pods may carry only podstatus.StatusSpec of their spec.
 	Pods       corev1listers.PodLister
 	PodsSynced cache.InformerSynced
 

@@ -203,6 +203,11 @@ func (r *Reflector) syncActive(key string, pod *corev1.Pod) error {
 			r.remoteQ.AddAfter(key, informerLag)
 			return nil
 		case !ok && !wasOffloaded(pod):
+			full, err := r.fullPod(ctx, pod)
+			if full == nil {
+				return err // gone or replaced: its events queue the key again
+			}
+			pod = full
 			missing, err := r.missingDependencies(ctx, c, remoteNS, pod)
 			if err != nil {
 				return err
