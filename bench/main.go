@@ -213,6 +213,18 @@ func measure(ctx context.Context, l *logger, dir string, o options, cfg Config, 
 	others := func() {
 		r.Environment.OtherAPIServers = max(r.Environment.OtherAPIServers, otherAPIServers(dir))
 	}
+	// quiet waits for the machine to be quiet before a phase (see
+	// phaseQuietMax) and says so when it had to wait.
+	quiet := func(phase string) {
+		waited, err := waitQuiet(ctx, quietBusy, quietFor, phaseQuietMax)
+		switch {
+		case err != nil:
+		case waited >= phaseQuietMax:
+			l.printf("%s: the machine is still busy after %s; starting anyway", phase, phaseQuietMax)
+		case waited > 5*time.Second:
+			l.printf("%s: waited %.0fs for a quiet machine", phase, waited.Seconds())
+		}
+	}
 
 	if cfg.runs(phaseIdle) && ctx.Err() == nil {
 		w, err := measureWindow(ctx, e, cfg, "no offloaded pods", 0)
@@ -230,18 +242,22 @@ func measure(ctx context.Context, l *logger, dir string, o options, cfg Config, 
 		others()
 	}
 	if cfg.runs(phaseStream) && cfg.StreamRate > 0 && cfg.StreamDuration > 0 && ctx.Err() == nil {
+		quiet(phaseStream)
 		fail(phaseStream, runStreams(ctx, e, cfg, r))
 		others()
 	}
 	if cfg.runs(phaseFresh) && cfg.FreshTrials > 0 && cfg.FreshPods > 0 && ctx.Err() == nil {
+		quiet(phaseFresh)
 		fail(phaseFresh, runFresh(ctx, e, cfg, r))
 		others()
 	}
 	if cfg.runs(phaseFootprint) && !footprintDone && ctx.Err() == nil {
+		quiet(phaseFootprint)
 		fail(phaseFootprint, runFootprint(ctx, e, cfg, r))
 		others()
 	}
 	if cfg.runs(phaseFailure) && ctx.Err() == nil {
+		quiet(phaseFailure)
 		trials, err := runFailures(ctx, e, cfg)
 		r.Failures = append(r.Failures, trials...)
 		fail(phaseFailure, err)
@@ -264,12 +280,14 @@ func measure(ctx context.Context, l *logger, dir string, o options, cfg Config, 
 		others()
 	}
 	if cfg.runs(phaseFailover) && cfg.FailoverTrials > 0 && ctx.Err() == nil {
+		quiet(phaseFailover)
 		trials, err := runFailovers(ctx, e, cfg)
 		r.Failovers = append(r.Failovers, trials...)
 		fail(phaseFailover, err)
 		others()
 	}
 	if cfg.runs(phaseUnpeer) && ctx.Err() == nil {
+		quiet(phaseUnpeer)
 		trials, err := runUnpeers(ctx, e, cfg)
 		r.Unpeers = append(r.Unpeers, trials...)
 		fail(phaseUnpeer, err)

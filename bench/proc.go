@@ -273,6 +273,10 @@ const (
 	quietBusy = 0.30
 	quietFor  = time.Second
 	quietMax  = time.Minute
+	// phaseQuietMax bounds the wait before a phase: a phase that overran
+	// the machine (the stream, seen) can leave minutes of deletions behind,
+	// which spoiled the next phases' numbers.
+	phaseQuietMax = 5 * time.Minute
 )
 
 // waitQuiet waits until the machine's CPUs were at most busy busy over one

@@ -9,7 +9,6 @@ import (
 	"github.com/go-logr/logr"
 	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
 	vknode "github.com/virtual-kubelet/virtual-kubelet/node"
-	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -354,7 +353,7 @@ func (n *virtualNode) NotifyNodeStatus(ctx context.Context, cb func(*corev1.Node
 // status, lease), restarting it with backoff when it fails.
 func (n *virtualNode) runNodeController(ctx context.Context) {
 	nodes := n.deps.cs.CoreV1().Nodes()
-	leases := nodeutil.NodeLeaseV1Client(n.deps.cs)
+	leases := n.deps.cs.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	backoff := time.Second
 	for ctx.Err() == nil {
 		nc, err := vknode.NewNodeController(n, n.node(), nodes,
