@@ -32,13 +32,15 @@
 //     pods to call the reflector, which queues them from the informer
 //     itself, and compared every pod event deeply (go-cmp) to decide — 19%
 //     of the consumer agent's CPU during a burst;
-//   - one pod informer, field-selected on spec.nodeName. Informers are per
-//     node rather than shared by the agent: a field selector cannot select
-//     "any of these nodes", so a shared informer would have to cache every
-//     pod of the cluster, while per-node informers cache only offloaded pods
-//     at the cost of one watch per virtual node. virtual-kubelet's nodeutil
-//     is not used because it would also start cluster-wide ConfigMap, Secret
-//     and Service informers per node.
+//   - a subscription to the agent's pod informer (controller-runtime's
+//     cache, which holds every pod of the cluster for the agent's other
+//     controllers anyway), filtered on spec.nodeName and read through an
+//     index on it (nodepods.go). Per-node informers, field-selected on
+//     spec.nodeName, were a second copy of every offloaded pod. The cache
+//     keeps podstatus.StatusSpec of a pod's spec; the reflector reads a pod
+//     whole when it creates its ShadowPod. virtual-kubelet's nodeutil is
+//     not used: it would start cluster-wide ConfigMap, Secret and Service
+//     informers per node.
 //
 // The kubelet HTTP endpoint (kubectl logs and exec) is not served here but
 // by the kubeletserver package: one HTTPS server for every virtual node of

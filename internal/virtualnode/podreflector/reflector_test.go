@@ -186,6 +186,16 @@ func newEnv(t *testing.T, pods []*corev1.Pod, spods ...*offloadingv1alpha1.Shado
 	factory := informers.NewSharedInformerFactory(e.local, 0)
 	podInf := factory.Core().V1().Pods()
 	inf := podInf.Informer()
+	// The cache keeps what the agent's does of a pod's spec: the reflector
+	// must read the rest from the API server.
+	if err := inf.SetTransform(func(obj any) (any, error) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			pod.Spec = podstatus.StatusSpec(&pod.Spec)
+		}
+		return obj, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	e.r = New(Config{
 		NodeName: "annex-beta", NodeIP: "127.0.0.1", ProviderID: "beta", LocalClusterID: "alpha",
 		Local: e.local, Pods: podInf.Lister(), PodsSynced: inf.HasSynced,
@@ -285,7 +295,8 @@ func (e *env) waitSynced() {
 func localPod(name string, uid types.UID) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: name, UID: uid, Labels: map[string]string{"app": name}},
-		Spec: corev1.PodSpec{NodeName: "annex-beta", Containers: []corev1.Container{{Name: "c", Image: "img"}},
+		Spec: corev1.PodSpec{NodeName: "annex-beta", Containers: []corev1.Container{{Name: "c", Image: "img",
+			Command: []string{"serve"}, Env: []corev1.EnvVar{{Name: "MODE", Value: "test"}}}}, // beyond podstatus.StatusSpec: read whole at creation
 			Tolerations: []corev1.Toleration{{Key: corev1alpha1.TaintKeyVirtualNode, Operator: corev1.TolerationOpExists}}},
 		Status: corev1.PodStatus{Phase: corev1.PodPending,
 			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}},
