@@ -13,11 +13,9 @@ import (
 
 	"github.com/go-logr/logr"
 	vkapi "github.com/virtual-kubelet/virtual-kubelet/node/api"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -89,7 +87,7 @@ type Server struct {
 	log            logr.Logger
 
 	authn authenticator.Request
-	authz authorizer.Authorizer
+	authz authorizing
 	// clientCA keeps the client CA up to date (Start runs it).
 	clientCA *dynamiccertificates.ConfigMapCAController
 	certs    *certHolder
@@ -98,6 +96,12 @@ type Server struct {
 	// listPodMetrics reads a provider's PodMetrics.
 	counters       *counters
 	listPodMetrics listPodMetrics
+}
+
+// authorizing decides whether a request's user may do what its attributes
+// say (sarAuthorizer; tests give a function).
+type authorizing interface {
+	Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error)
 }
 
 // New returns a Server for cfg.
@@ -126,15 +130,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.authn = x509request.NewDynamic(s.clientCA.VerifyOptions, x509request.CommonNameUserConversion)
-	s.authz, err = authorizerfactory.DelegatingAuthorizerConfig{
-		SubjectAccessReviewClient: cfg.Clientset.AuthorizationV1(),
-		AllowCacheTTL:             authzAllowTTL,
-		DenyCacheTTL:              authzDenyTTL,
-		WebhookRetryBackoff:       &wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5},
-	}.New()
-	if err != nil {
-		return nil, fmt.Errorf("kubelet endpoint: authorizer: %w", err)
-	}
+	s.authz = newSARAuthorizer(cfg.Clientset.AuthorizationV1().SubjectAccessReviews(), s.clock)
 	return s, nil
 }
 
