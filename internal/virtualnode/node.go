@@ -105,15 +105,8 @@ func (n *virtualNode) start(parent context.Context) error {
 	}
 
 	pods := nodePods{indexer: n.deps.pods.GetIndexer(), node: n.name}
-	var regs []toolscache.ResourceEventHandlerRegistration
-	synced := func() bool {
-		for _, reg := range regs {
-			if !reg.HasSynced() {
-				return false
-			}
-		}
-		return true
-	}
+	var reg toolscache.ResourceEventHandlerRegistration // set below, before anything runs
+	synced := func() bool { return reg.HasSynced() }
 	n.reflector = podreflector.New(podreflector.Config{
 		NodeName:       n.name,
 		NodeIP:         n.deps.opts.NodeIP,
@@ -142,18 +135,10 @@ func (n *virtualNode) start(parent context.Context) error {
 		Log:        n.log.WithName("events"),
 		Clock:      n.deps.clock,
 	})
-	unsubscribe := func() {
-		for _, reg := range regs {
-			_ = n.deps.pods.RemoveEventHandler(reg) // fails only once the informer stopped
-		}
-	}
-	for _, h := range []toolscache.ResourceEventHandler{n.reflector.PodEventHandler(), n.events.PodEventHandler()} {
-		reg, err := n.deps.pods.AddEventHandler(toolscache.FilteringResourceEventHandler{FilterFunc: onNode(n.name), Handler: h})
-		if err != nil {
-			unsubscribe()
-			return fmt.Errorf("subscribe to the pods of node %s: %w", n.name, err)
-		}
-		regs = append(regs, reg)
+	reg, err := n.deps.pods.AddEventHandler(toolscache.FilteringResourceEventHandler{FilterFunc: onNode(n.name),
+		Handler: fanOut{n.reflector.PodEventHandler(), n.events.PodEventHandler()}})
+	if err != nil {
+		return fmt.Errorf("subscribe to the pods of node %s: %w", n.name, err)
 	}
 	ctx, cancel := context.WithCancel(parent)
 	ctx = vklog.WithLogger(ctx, vkLogger{l: n.log.WithName("vk")})
@@ -176,7 +161,7 @@ func (n *virtualNode) start(parent context.Context) error {
 	wg.Go(func() { n.runTaintSync(ctx) })
 	go func() {
 		wg.Wait()
-		unsubscribe()
+		_ = n.deps.pods.RemoveEventHandler(reg) // fails only once the informer stopped
 		close(n.done)
 	}()
 	n.log.Info("Virtual node started")

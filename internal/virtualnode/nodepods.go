@@ -58,6 +58,28 @@ func onNode(node string) func(any) bool {
 	}
 }
 
+// fanOut hands each event to every handler, in order: a node's pod
+// reflector and event reflector share one filtered subscription.
+type fanOut []toolscache.ResourceEventHandler
+
+func (f fanOut) OnAdd(obj any, isInInitialList bool) {
+	for _, h := range f {
+		h.OnAdd(obj, isInInitialList)
+	}
+}
+
+func (f fanOut) OnUpdate(oldObj, newObj any) {
+	for _, h := range f {
+		h.OnUpdate(oldObj, newObj)
+	}
+}
+
+func (f fanOut) OnDelete(obj any) {
+	for _, h := range f {
+		h.OnDelete(obj)
+	}
+}
+
 // nodePods lists the pods bound to one node from the indexed informer.
 type nodePods struct {
 	indexer toolscache.Indexer

@@ -35,6 +35,5 @@ func (r *Reflector) fullPod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, 
 	case got.UID != pod.UID:
 		return nil, nil
 	}
-	got.ManagedFields = nil
 	return got, nil
 }
