@@ -381,7 +381,26 @@ func (tp *topology) eventuallyGet(ns, url, want string) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	tp.dumpRouters()
 	tp.t.Fatalf("GET %s from %s: %q, %v; want %q", url, ns, got, err, want)
+}
+
+// dumpRouters logs what each router namespace has (the gateways' status,
+// addresses, policy rules, routes, nftables and conntrack), so that a
+// failure can be read from the test's output alone.
+func (tp *topology) dumpRouters() {
+	tp.t.Helper()
+	for _, r := range []string{"ra", "rb"} {
+		status, _ := os.ReadFile(filepath.Join(tp.dir, r+"-status.json"))
+		tp.t.Logf("%s status file: %s", r, status)
+		for _, args := range [][]string{
+			{"ip", "-4", "addr"}, {"ip", "rule"}, {"ip", "route", "show", "table", "all"},
+			{"nft", "list", "ruleset"}, {"cat", "/proc/net/nf_conntrack"}, {"ip", "-s", "link"},
+		} {
+			out, err := tp.in(r, args[0], args[1:]...).CombinedOutput()
+			tp.t.Logf("%s: %s (%v)\n%s", r, strings.Join(args, " "), err, out)
+		}
+	}
 }
 
 // gateway runs annex-gateway in router namespace r with cfg.
