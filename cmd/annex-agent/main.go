@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -100,6 +101,14 @@ func run() error {
 	log := textlogger.NewLogger(logCfg)
 	ctrl.SetLogger(log)
 	klog.SetLogger(log)
+	memLimit, err := agent.GoMemoryLimit(os.Getenv)
+	if err != nil {
+		return err
+	}
+	if memLimit > 0 {
+		debug.SetMemoryLimit(memLimit)
+		log.Info("Go memory limit set from the container's", "limitBytes", memLimit)
+	}
 	if err := opts.Validate(); err != nil {
 		return err
 	}

@@ -96,3 +96,28 @@ func TestCacheByObjectTrimsPods(t *testing.T) {
 		}
 	}
 }
+
+func TestGoMemoryLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		want    int64
+		wantErr bool
+	}{
+		{name: "nothing set", env: map[string]string{}, want: 0},
+		{name: "container limit", env: map[string]string{MemoryLimitEnv: "536870912"}, want: 483183820},
+		{name: "GOMEMLIMIT wins", env: map[string]string{MemoryLimitEnv: "536870912", "GOMEMLIMIT": "100MiB"}, want: 0},
+		{name: "not bytes", env: map[string]string{MemoryLimitEnv: "512Mi"}, wantErr: true},
+		{name: "zero", env: map[string]string{MemoryLimitEnv: "0"}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := GoMemoryLimit(func(k string) string { return tc.env[k] })
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("error = %v, want an error: %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("limit (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

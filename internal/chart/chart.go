@@ -48,14 +48,31 @@ type Values struct {
 	ImagePullPolicy string
 	GatewayEndpoint string
 	GatewayNode     string
+	// AgentCPURequest, AgentMemoryRequest and AgentMemoryLimit are
+	// agent.resources (quantities; empty: the chart's default).
+	AgentCPURequest    string
+	AgentMemoryRequest string
+	AgentMemoryLimit   string
 	// AllowedPriorityClasses are providerPolicy.allowedPriorityClasses.
 	AllowedPriorityClasses []string
 }
 
 // Map returns the values as Helm takes them (JSON types only).
 func (v Values) Map() map[string]any {
+	agent := map[string]any{"enabled": v.Agent}
+	// Helm merges these maps into the chart's defaults, key by key.
+	set := func(m map[string]any, key, val string) {
+		if val != "" {
+			m[key] = val
+		}
+	}
+	requests, limits := map[string]any{}, map[string]any{}
+	set(requests, "cpu", v.AgentCPURequest)
+	set(requests, "memory", v.AgentMemoryRequest)
+	set(limits, "memory", v.AgentMemoryLimit)
+	agent["resources"] = map[string]any{"requests": requests, "limits": limits}
 	m := map[string]any{
-		"agent":   map[string]any{"enabled": v.Agent},
+		"agent":   agent,
 		"gateway": map[string]any{"endpoint": v.GatewayEndpoint, "node": v.GatewayNode},
 	}
 	for key, val := range map[string]string{"clusterID": v.ClusterID, "podCIDR": v.PodCIDR, "serviceCIDR": v.ServiceCIDR, "externalCIDR": v.ExternalCIDR} {

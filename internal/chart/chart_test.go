@@ -45,6 +45,9 @@ func TestValuesRefused(t *testing.T) {
 		{name: "gateway endpoint IPv6", values: map[string]any{"clusterID": "a", "gateway": map[string]any{"endpoint": "fd00::1"}}, wantErr: "/gateway/endpoint"},
 		{name: "gateway without agent", values: map[string]any{"clusterID": "a", "agent": map[string]any{"enabled": false}, "gateway": map[string]any{"endpoint": "192.0.2.10"}}, wantErr: "agent.enabled=false"},
 		{name: "gateway node without endpoint", values: map[string]any{"clusterID": "a", "gateway": map[string]any{"node": "node-1"}}, wantErr: "gateway.node needs gateway.endpoint"},
+		{name: "agent resources", values: map[string]any{"clusterID": "a", "agent": map[string]any{"resources": map[string]any{"requests": map[string]any{"cpu": 1, "memory": "1.5Gi"}, "limits": map[string]any{"memory": "2e9"}}}}},
+		{name: "agent resources garbage", values: map[string]any{"clusterID": "a", "agent": map[string]any{"resources": map[string]any{"limits": map[string]any{"memory": "lots"}}}}, wantErr: "/agent/resources/limits/memory"},
+		{name: "agent resources unknown", values: map[string]any{"clusterID": "a", "agent": map[string]any{"resources": map[string]any{"limits": map[string]any{"nvidia.com/gpu": 1}}}}, wantErr: "nvidia.com/gpu"},
 		{name: "agent arg not a flag", values: map[string]any{"clusterID": "a", "agent": map[string]any{"extraArgs": []any{"x"}}}, wantErr: "/agent/extraArgs"},
 		{name: "policy name with a comma", values: map[string]any{"clusterID": "a", "providerPolicy": map[string]any{"allowedRuntimeClasses": []any{"a,b"}}}, wantErr: "/providerPolicy/allowedRuntimeClasses"},
 	} {

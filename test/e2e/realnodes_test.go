@@ -461,6 +461,16 @@ func installFromImage(t *testing.T, c *localcluster.Cluster, clusterID, ext stri
 			return nil
 		})
 	})
+	// The chart's memory limit (512Mi) reaches the agent through the
+	// downward API, and the agent gives the Go runtime 90 % of it.
+	var pods corev1.PodList
+	if err := cl.List(ctx, &pods, client.InNamespace(corev1alpha1.AgentNamespace), client.MatchingLabels{"app.kubernetes.io/name": "annex-agent"}); err != nil || len(pods.Items) != 1 {
+		t.Fatalf("the agent's pod on %s: %d pods, %v", clusterID, len(pods.Items), err)
+	}
+	logs, err := clientset(t, c).CoreV1().Pods(corev1alpha1.AgentNamespace).GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{Container: "agent"}).DoRaw(ctx)
+	if want := fmt.Sprintf("limitBytes=%d", 512<<20*9/10); err != nil || !strings.Contains(string(logs), want) {
+		t.Errorf("the agent's log on %s has no %q (%v):\n%.2000s", clusterID, want, err, logs)
+	}
 }
 
 // echoContainer runs the echo image (imported into the real node, never

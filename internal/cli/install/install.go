@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -58,7 +59,12 @@ type Options struct {
 	// gateways reach it. GatewayNode pins the pod to that node.
 	GatewayEndpoint string
 	GatewayNode     string
-	Timeout         time.Duration
+	// AgentCPURequest, AgentMemoryRequest and AgentMemoryLimit are the
+	// agent container's resources (quantities).
+	AgentCPURequest    string
+	AgentMemoryRequest string
+	AgentMemoryLimit   string
+	Timeout            time.Duration
 }
 
 // DefaultOptions are the defaults of the CLI flags.
@@ -70,7 +76,11 @@ func DefaultOptions() Options {
 		Image:        "ghcr.io/annexhq/annex-agent:" + version.Version,
 		// Images are often imported into the nodes' runtime, not pulled.
 		ImagePullPolicy: string(corev1.PullIfNotPresent),
-		Timeout:         2 * time.Minute,
+		// The chart's defaults (charts/annex/values.yaml).
+		AgentCPURequest:    "100m",
+		AgentMemoryRequest: "128Mi",
+		AgentMemoryLimit:   "512Mi",
+		Timeout:            2 * time.Minute,
 	}
 }
 
@@ -119,6 +129,30 @@ func (o Options) Validate() error {
 	}
 	if o.GatewayNode != "" && o.GatewayEndpoint == "" {
 		return errors.New("--gateway-node needs --gateway-endpoint (the address of that node)")
+	}
+	return o.validateResources()
+}
+
+// validateResources checks the agent's resources: quantities, and a memory
+// request no larger than the limit (the API server would refuse the pod).
+func (o Options) validateResources() error {
+	q := map[string]resource.Quantity{}
+	for _, f := range []struct{ flag, val string }{
+		{"--agent-cpu-request", o.AgentCPURequest}, {"--agent-memory-request", o.AgentMemoryRequest}, {"--agent-memory-limit", o.AgentMemoryLimit},
+	} {
+		if f.val == "" {
+			continue
+		}
+		v, err := resource.ParseQuantity(f.val)
+		if err != nil || v.Sign() < 0 {
+			return fmt.Errorf("%s %q: a quantity such as 100m (CPU) or 256Mi (memory)", f.flag, f.val)
+		}
+		q[f.flag] = v
+	}
+	req, hasReq := q["--agent-memory-request"]
+	limit, hasLimit := q["--agent-memory-limit"]
+	if hasReq && hasLimit && req.Cmp(limit) > 0 {
+		return fmt.Errorf("--agent-memory-request %s is larger than --agent-memory-limit %s", o.AgentMemoryRequest, o.AgentMemoryLimit)
 	}
 	return nil
 }
@@ -237,6 +271,7 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 func chartValues(o Options, clusterID string, priorityClasses []string) chart.Values {
 	v := chart.Values{ClusterID: clusterID, PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR, ExternalCIDR: o.ExternalCIDR,
 		Agent: !o.LocalAgent, GatewayEndpoint: o.GatewayEndpoint, GatewayNode: o.GatewayNode,
+		AgentCPURequest: o.AgentCPURequest, AgentMemoryRequest: o.AgentMemoryRequest, AgentMemoryLimit: o.AgentMemoryLimit,
 		AllowedPriorityClasses: append([]string{}, priorityClasses...)}
 	if !o.LocalAgent {
 		v.Image, v.ImagePullPolicy = o.Image, o.ImagePullPolicy
