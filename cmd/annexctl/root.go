@@ -86,7 +86,7 @@ the same objects; use one or the other on a cluster (docs/install.md).
 	f.StringVar(&o.GatewayNode, "gateway-node", "", "the node the agent and its gateway run on (with --gateway-endpoint; default: any)")
 	f.StringVar(&o.AgentCPURequest, "agent-cpu-request", o.AgentCPURequest, "CPU request of the agent container (it has no CPU limit, so that bursts are not throttled)")
 	f.StringVar(&o.AgentMemoryRequest, "agent-memory-request", o.AgentMemoryRequest, "memory request of the agent container")
-	f.StringVar(&o.AgentMemoryLimit, "agent-memory-limit", o.AgentMemoryLimit, "memory limit of the agent container; the agent gives the Go runtime 90% of it as a soft limit (about 170 MiB are used at 5000 offloaded pods: docs/bench.md)")
+	f.StringVar(&o.AgentMemoryLimit, "agent-memory-limit", o.AgentMemoryLimit, "memory limit of the agent container (empty: the chart's default); the agent gives the Go runtime 90% of it as a soft limit (about 170 MiB are used at 5000 offloaded pods: docs/bench.md)")
 	f.DurationVar(&o.Timeout, "timeout", o.Timeout, "give up after this long")
 	return cmd
 }

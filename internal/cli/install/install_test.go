@@ -29,7 +29,7 @@ func TestValidate(t *testing.T) {
 		{name: "gateway with local agent", mutate: func(o *Options) { o.GatewayEndpoint, o.LocalAgent = "192.0.2.10", true }, wantErr: "--local-agent"},
 		{name: "gateway node without endpoint", mutate: func(o *Options) { o.GatewayNode = "node-1" }, wantErr: "needs --gateway-endpoint"},
 		{name: "agent resources", mutate: func(o *Options) { o.AgentCPURequest, o.AgentMemoryRequest, o.AgentMemoryLimit = "1", "1Gi", "1Gi" }},
-		{name: "agent without memory limit", mutate: func(o *Options) { o.AgentMemoryLimit = "" }},
+		{name: "agent memory limit empty: the chart's", mutate: func(o *Options) { o.AgentMemoryLimit = "" }},
 		{name: "agent CPU request garbage", mutate: func(o *Options) { o.AgentCPURequest = "fast" }, wantErr: `--agent-cpu-request "fast"`},
 		{name: "agent memory limit negative", mutate: func(o *Options) { o.AgentMemoryLimit = "-1Gi" }, wantErr: "--agent-memory-limit"},
 		{name: "agent memory request over limit", mutate: func(o *Options) { o.AgentMemoryRequest = "1Gi" }, wantErr: "--agent-memory-request 1Gi is larger than --agent-memory-limit 512Mi"},
