@@ -136,22 +136,28 @@ func (o Options) Validate() error {
 // validateResources checks the agent's resources: quantities, and a memory
 // request no larger than the limit (the API server would refuse the pod).
 func (o Options) validateResources() error {
-	q := map[string]resource.Quantity{}
-	for _, f := range []struct{ flag, val string }{
-		{"--agent-cpu-request", o.AgentCPURequest}, {"--agent-memory-request", o.AgentMemoryRequest}, {"--agent-memory-limit", o.AgentMemoryLimit},
-	} {
-		if f.val == "" {
-			continue
+	quantity := func(flag, val string) (*resource.Quantity, error) {
+		if val == "" {
+			return nil, nil // the chart's default
 		}
-		v, err := resource.ParseQuantity(f.val)
-		if err != nil || v.Sign() < 0 {
-			return fmt.Errorf("%s %q: a quantity such as 100m (CPU) or 256Mi (memory)", f.flag, f.val)
+		q, err := resource.ParseQuantity(val)
+		if err != nil || q.Sign() < 0 {
+			return nil, fmt.Errorf("%s %q: a quantity such as 100m (CPU) or 256Mi (memory)", flag, val)
 		}
-		q[f.flag] = v
+		return &q, nil
 	}
-	req, hasReq := q["--agent-memory-request"]
-	limit, hasLimit := q["--agent-memory-limit"]
-	if hasReq && hasLimit && req.Cmp(limit) > 0 {
+	if _, err := quantity("--agent-cpu-request", o.AgentCPURequest); err != nil {
+		return err
+	}
+	req, err := quantity("--agent-memory-request", o.AgentMemoryRequest)
+	if err != nil {
+		return err
+	}
+	limit, err := quantity("--agent-memory-limit", o.AgentMemoryLimit)
+	if err != nil {
+		return err
+	}
+	if req != nil && limit != nil && req.Cmp(*limit) > 0 {
 		return fmt.Errorf("--agent-memory-request %s is larger than --agent-memory-limit %s", o.AgentMemoryRequest, o.AgentMemoryLimit)
 	}
 	return nil
