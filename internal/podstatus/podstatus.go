@@ -28,7 +28,12 @@ const (
 // unschedulable pod gets reason ProviderUnschedulable and a message that
 // says what to do.
 func FromPod(pod *corev1.Pod) offloadingv1alpha1.ShadowPodStatus {
-	s := pod.Status.DeepCopy()
+	return FromStatus(&pod.Status)
+}
+
+// FromStatus is FromPod of a pod with status st.
+func FromStatus(st *corev1.PodStatus) offloadingv1alpha1.ShadowPodStatus {
+	s := st.DeepCopy()
 	out := offloadingv1alpha1.ShadowPodStatus{
 		Phase:                 s.Phase,
 		Reason:                Truncate(s.Reason, MaxReason),

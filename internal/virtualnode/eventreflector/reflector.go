@@ -446,10 +446,19 @@ func (r *Reflector) listWatch(cs kubernetes.Interface, remote string) cache.List
 
 // trimEvent keeps of a provider Event what the reflector reads, its message
 // already bounded: the informer's cache holds no more per Event than that.
+// Of an Event that is never reflected (Reflectable: the provider
+// scheduler's Scheduled Event of every pod, Events about other objects) it
+// keeps only the name, as metadata: the cache must still list it (a relist
+// compares keys) but nothing reads it, and it is not queued.
 func trimEvent(obj any) (any, error) {
 	ev, ok := obj.(*corev1.Event)
 	if !ok {
 		return obj, nil
+	}
+	if !Reflectable(ev) {
+		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+			Name: ev.Name, Namespace: ev.Namespace, ResourceVersion: ev.ResourceVersion,
+		}}, nil
 	}
 	ev.ManagedFields = nil
 	ev.Annotations, ev.Labels = nil, nil

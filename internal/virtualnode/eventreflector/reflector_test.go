@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1listers "k8s.io/client-go/listers/core/v1"
@@ -52,6 +53,47 @@ func TestSyncWaitsForThePodInformer(t *testing.T) {
 			}
 			if got := len(rec.Events) == 1; got != tc.wantEvent {
 				t.Errorf("event recorded = %v, want %v", got, tc.wantEvent)
+			}
+		})
+	}
+}
+
+// TestTrimEvent: the cache keeps a reflectable Event without what the
+// reflector does not read, and of one that is never reflected only its
+// name, which sync then finds nothing to reflect in.
+func TestTrimEvent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   *corev1.Event
+		want any
+	}{
+		{name: "reflectable: trimmed", in: providerEvent(func(e *corev1.Event) {
+			e.Labels, e.Annotations = map[string]string{"a": "b"}, map[string]string{"c": "d"}
+			e.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
+			e.Related = &corev1.ObjectReference{Kind: "Node", Name: "n1"}
+		}), want: providerEvent(nil)},
+		{name: "the provider scheduler's Scheduled: name only", in: providerEvent(func(e *corev1.Event) {
+			e.Type, e.Reason, e.ResourceVersion = corev1.EventTypeNormal, ReasonScheduled, "7"
+		}), want: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "web-alpha", Name: "p.1", ResourceVersion: "7"}}},
+		{name: "about a node: name only", in: providerEvent(func(e *corev1.Event) { e.InvolvedObject.Kind = "Node" }),
+			want: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "web-alpha", Name: "p.1"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := trimEvent(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("trimEvent (-want +got):\n%s", diff)
+			}
+			r := New(Config{NodeName: "annex-beta", ProviderID: "beta", Recorder: record.NewFakeRecorder(1)})
+			events := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Event{}, 0, cache.Indexers{})
+			_ = events.GetStore().Add(got)
+			r.sess = &session{watches: map[string]*nsWatch{"web-alpha": {informer: events}}}
+			if _, ok := got.(*metav1.PartialObjectMetadata); ok {
+				if ev, err := r.cached("web-alpha/p.1"); ev != nil || err != nil {
+					t.Errorf("cached(a trimmed-away Event) = %v, %v; want nil, nil", ev, err)
+				}
 			}
 		})
 	}

@@ -75,56 +75,62 @@ const ReasonScheduled = "Scheduled"
 // Normal Scheduled Event of a pod, or that is malformed. It does not
 // check that the local pod exists: the caller does.
 func Translate(ev *corev1.Event, providerID string, localNamespace func(remote string) (string, bool)) (Reflection, bool) {
-	if ev == nil || ev.UID == "" {
-		return Reflection{}, false
-	}
-	if ev.Type != corev1.EventTypeNormal && ev.Type != corev1.EventTypeWarning {
-		return Reflection{}, false
-	}
-	obj := ev.InvolvedObject
-	gv, err := schema.ParseGroupVersion(obj.APIVersion)
-	if err != nil {
-		return Reflection{}, false
-	}
-	switch {
-	case obj.Kind == "Pod" && gv.Group == "":
-	case obj.Kind == "ShadowPod" && gv.Group == shadowPodGroup:
-	default:
-		return Reflection{}, false
-	}
-	// An Event is in its object's namespace; one that says otherwise is
-	// not trusted.
-	if obj.Namespace != "" && obj.Namespace != ev.Namespace {
-		return Reflection{}, false
-	}
-	if obj.Name == "" || len(obj.Name) > maxNameLength || strings.ContainsAny(obj.Name, "/%") {
-		return Reflection{}, false
-	}
-	if obj.Kind == "Pod" && ev.Type == corev1.EventTypeNormal && ev.Reason == ReasonScheduled {
-		// The local scheduler recorded the pod's own Scheduled Event (to
-		// the virtual node); which provider node took it is the
-		// provider's business, and not reflecting it saves a write per
-		// offloaded pod.
+	if !Reflectable(ev) {
 		return Reflection{}, false
 	}
 	local, ok := localNamespace(ev.Namespace)
 	if !ok {
 		return Reflection{}, false
 	}
-	reason := boundReason(ev.Reason)
-	if reason == "" {
-		return Reflection{}, false
-	}
 	count, last := Occurrences(ev)
 	return Reflection{
-		Pod:     local + "/" + obj.Name,
+		Pod:     local + "/" + ev.InvolvedObject.Name,
 		UID:     ev.UID,
 		Count:   count,
 		Last:    last,
 		Type:    ev.Type,
-		Reason:  reason,
+		Reason:  ev.Reason,
 		Message: BoundMessage(providerID, ev.Message),
 	}, true
+}
+
+// Reflectable reports whether provider Event ev is one that Translate
+// reflects where its namespace is offloaded: what can be told from the
+// Event alone.
+func Reflectable(ev *corev1.Event) bool {
+	if ev == nil || ev.UID == "" {
+		return false
+	}
+	if ev.Type != corev1.EventTypeNormal && ev.Type != corev1.EventTypeWarning {
+		return false
+	}
+	obj := ev.InvolvedObject
+	gv, err := schema.ParseGroupVersion(obj.APIVersion)
+	if err != nil {
+		return false
+	}
+	switch {
+	case obj.Kind == "Pod" && gv.Group == "":
+	case obj.Kind == "ShadowPod" && gv.Group == shadowPodGroup:
+	default:
+		return false
+	}
+	// An Event is in its object's namespace; one that says otherwise is
+	// not trusted.
+	if obj.Namespace != "" && obj.Namespace != ev.Namespace {
+		return false
+	}
+	if obj.Name == "" || len(obj.Name) > maxNameLength || strings.ContainsAny(obj.Name, "/%") {
+		return false
+	}
+	if obj.Kind == "Pod" && ev.Type == corev1.EventTypeNormal && ev.Reason == ReasonScheduled {
+		// The local scheduler recorded the pod's own Scheduled Event (to
+		// the virtual node); which provider node took it is the
+		// provider's business, and not reflecting it saves a write per
+		// offloaded pod.
+		return false
+	}
+	return boundReason(ev.Reason) != ""
 }
 
 // Occurrences returns how often and when last the provider saw ev: core/v1

@@ -961,7 +961,7 @@ func TestRemoteStatus(t *testing.T) {
 				}
 				e.eventually("the provider's pod seen", func() error {
 					o, ok, _ := e.r.watchOf("demo").pods.GetStore().GetByKey(sp.Namespace + "/" + sp.Name)
-					if !ok || (tt.deleting && o.(*corev1.Pod).DeletionTimestamp == nil) {
+					if !ok || (tt.deleting && o.(*providerPod).DeletionTimestamp == nil) {
 						return errors.New("not yet")
 					}
 					return nil

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -240,12 +241,12 @@ func (r *Reflector) watchOf(namespace string) *nsWatch {
 	return r.sess.watches[namespace]
 }
 
-// remotePod returns the provider's pod that runs sp (in the remote namespace
-// of local namespace namespace), nil when there is none: not created yet,
-// gone, not sp's (a previous ShadowPod's of the same name), or stopped by
-// its deletion rather than finished on its own. The returned object belongs
-// to the informer's cache and is trimmed (trimPod).
-func (r *Reflector) remotePod(namespace string, sp *offloadingv1alpha1.ShadowPod) *corev1.Pod {
+// remotePod returns the status of the provider's pod that runs sp (in the
+// remote namespace of local namespace namespace), nil when there is none:
+// not created yet, gone, not sp's (a previous ShadowPod's of the same name),
+// or stopped by its deletion rather than finished on its own. The returned
+// status belongs to the informer's cache and holds only what trimPod keeps.
+func (r *Reflector) remotePod(namespace string, sp *offloadingv1alpha1.ShadowPod) *corev1.PodStatus {
 	w := r.watchOf(namespace)
 	if w == nil {
 		return nil
@@ -254,25 +255,22 @@ func (r *Reflector) remotePod(namespace string, sp *offloadingv1alpha1.ShadowPod
 	if err != nil || !ok {
 		return nil
 	}
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
+	pod, ok := obj.(*providerPod)
+	if !ok || pod.controller == "" || pod.controller != sp.UID {
 		return nil
 	}
-	if ref := metav1.GetControllerOfNoCopy(pod); ref == nil || ref.UID != sp.UID {
+	if pod.DeletionTimestamp != nil && podstatus.Finished(pod.status.Phase) {
 		return nil
 	}
-	if pod.DeletionTimestamp != nil && podstatus.Finished(pod.Status.Phase) {
-		return nil
-	}
-	return pod
+	return &pod.status
 }
 
 // remoteStatus returns what the provider says about sp's pod: the status of
 // its pod while there is one (remotePod), else the ShadowPod's own status (a
 // refusal, a creation being retried, the final state of a pod that is gone).
 func (r *Reflector) remoteStatus(namespace string, sp *offloadingv1alpha1.ShadowPod) offloadingv1alpha1.ShadowPodStatus {
-	if pod := r.remotePod(namespace, sp); pod != nil {
-		return podstatus.FromPod(pod)
+	if st := r.remotePod(namespace, sp); st != nil {
+		return podstatus.FromStatus(st)
 	}
 	return sp.Status
 }
@@ -282,8 +280,8 @@ func (r *Reflector) remoteStatus(namespace string, sp *offloadingv1alpha1.Shadow
 // scheduled and started, or there is no pod and the ShadowPod has no
 // status. Most events of a burst are such.
 func (r *Reflector) remoteSaysNothing(namespace string, sp *offloadingv1alpha1.ShadowPod) bool {
-	if pod := r.remotePod(namespace, sp); pod != nil {
-		return podstatus.Starting(&pod.Status)
+	if st := r.remotePod(namespace, sp); st != nil {
+		return podstatus.Starting(st)
 	}
 	return equality.Semantic.DeepEqual(sp.Status, offloadingv1alpha1.ShadowPodStatus{})
 }
@@ -319,7 +317,8 @@ func trimmedInformer(lw cache.ListerWatcher, obj runtime.Object, trim cache.Tran
 }
 
 // trimShadowPod is the transform of the ShadowPod informers: the cache
-// keeps a ShadowPod's metadata without managedFields, its podLabels,
+// keeps a ShadowPod's metadata without managedFields and labels (the
+// informer selects on them; nothing reads them), its podLabels,
 // podAnnotations and status, and of spec.pod only
 // terminationGracePeriodSeconds (syncGone). That is all the reflector
 // reads of a cached ShadowPod. The pod spec and the managedFields of the
@@ -330,7 +329,7 @@ func trimShadowPod(obj any) (any, error) {
 	if !ok {
 		return obj, nil // a DeletedFinalStateUnknown
 	}
-	sp.ManagedFields = nil
+	sp.ManagedFields, sp.Labels = nil, nil
 	sp.Spec.Pod = corev1.PodSpec{TerminationGracePeriodSeconds: sp.Spec.Pod.TerminationGracePeriodSeconds}
 	return sp, nil
 }
@@ -347,22 +346,42 @@ func (r *Reflector) newPodInformer(cs kubernetes.Interface, remoteNamespace stri
 	return trimmedInformer(newLW(cs, remoteNamespace), &corev1.Pod{}, trimPod)
 }
 
-// trimPod is the transform of the pod informers: the cache keeps a pod's
-// name, namespace, UID, resourceVersion, deletion timestamp, owner
-// references and status, all that remotePod and remoteStatus read; the
-// spec, labels, annotations and managedFields are not kept.
+// providerPod is what the pod informers' caches keep of a provider's pod
+// (trimPod): its name, namespace, resourceVersion and deletion timestamp,
+// the UID of its controller, and of its status what podstatus.FromStatus
+// and podstatus.Starting read. At 5000 offloaded pods, a whole *corev1.Pod
+// per cached pod was megabytes of the consumer agent's heap for fields
+// nothing reads.
+type providerPod struct {
+	metav1.ObjectMeta
+	controller types.UID
+	status     corev1.PodStatus
+}
+
+// trimPod is the transform of the pod informers: it turns a provider's pod
+// into the providerPod that the cache keeps.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil // a DeletedFinalStateUnknown
 	}
-	return &corev1.Pod{
+	out := &providerPod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-			DeletionTimestamp: pod.DeletionTimestamp, OwnerReferences: pod.OwnerReferences,
+			Name: pod.Name, Namespace: pod.Namespace, ResourceVersion: pod.ResourceVersion,
+			DeletionTimestamp: pod.DeletionTimestamp,
 		},
-		Status: pod.Status,
-	}, nil
+		status: corev1.PodStatus{
+			Phase: pod.Status.Phase, Reason: pod.Status.Reason, Message: pod.Status.Message,
+			PodIP: pod.Status.PodIP, PodIPs: pod.Status.PodIPs, StartTime: pod.Status.StartTime,
+			Conditions:            pod.Status.Conditions,
+			InitContainerStatuses: pod.Status.InitContainerStatuses,
+			ContainerStatuses:     pod.Status.ContainerStatuses,
+		},
+	}
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
+		out.controller = ref.UID
+	}
+	return out, nil
 }
 
 // podSelector selects the pods a provider runs for ShadowPods: those with
