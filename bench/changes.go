@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -42,6 +43,9 @@ type ObjectChanges struct {
 	// conditions' lastHeartbeatTime changed (counted apart from the node's
 	// other changes).
 	HeartbeatOnly bool `json:"heartbeatOnly,omitempty"`
+	// Fields lists what the changes of a virtual node's status changed
+	// (changedFields), lastHeartbeatTime apart.
+	Fields []string `json:"fields,omitempty"`
 }
 
 // meaning names the known objects that are written while nothing happens.
@@ -140,8 +144,9 @@ type changeWatch struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	mu       sync.Mutex
-	counting bool                         // between count and hold
-	counts   map[changeKey]map[string]int // object → changes
+	counting bool                          // between count and hold
+	counts   map[changeKey]map[string]int  // object → changes
+	fields   map[changeKey]map[string]bool // of a virtual node's status: what changed
 	nodes    map[string]*unstructured.Unstructured
 	errs     []string
 }
@@ -163,6 +168,13 @@ var nodesGVR = corev1.SchemeGroupVersion.WithResource("nodes")
 // heartbeatOnly reports whether node b differs from a in nothing but its
 // conditions' lastHeartbeatTime (and the metadata every write changes).
 func heartbeatOnly(a, b *unstructured.Unstructured) bool {
+	return len(changedFields(a, b)) == 0
+}
+
+// changedFields lists where node b differs from a, lastHeartbeatTime and
+// the metadata every write changes apart: dotted paths, conditions by type
+// ("status.conditions[Ready].status"), at most four levels deep.
+func changedFields(a, b *unstructured.Unstructured) []string {
 	strip := func(u *unstructured.Unstructured) map[string]any {
 		c := u.DeepCopy()
 		unstructured.RemoveNestedField(c.Object, "metadata", "resourceVersion")
@@ -178,7 +190,64 @@ func heartbeatOnly(a, b *unstructured.Unstructured) bool {
 		}
 		return c.Object
 	}
-	return equality.Semantic.DeepEqual(strip(a), strip(b))
+	var out []string
+	diffPaths("", strip(a), strip(b), 0, &out)
+	return out
+}
+
+// diffPaths appends to out the paths under prefix where a and b differ.
+func diffPaths(prefix string, a, b any, depth int, out *[]string) {
+	if equality.Semantic.DeepEqual(a, b) {
+		return
+	}
+	join := func(k string) string {
+		if prefix == "" {
+			return k
+		}
+		return prefix + "." + k
+	}
+	am, aok := a.(map[string]any)
+	bm, bok := b.(map[string]any)
+	if aok && bok && depth < 4 {
+		keys := map[string]bool{}
+		for k := range am {
+			keys[k] = true
+		}
+		for k := range bm {
+			keys[k] = true
+		}
+		for _, k := range slices.Sorted(maps.Keys(keys)) {
+			diffPaths(join(k), am[k], bm[k], depth+1, out)
+		}
+		return
+	}
+	as, aok := a.([]any)
+	bs, bok := b.([]any)
+	if aok && bok && strings.HasSuffix(prefix, "conditions") {
+		byType := func(l []any) map[string]any {
+			m := map[string]any{}
+			for _, c := range l {
+				if cm, ok := c.(map[string]any); ok {
+					t, _ := cm["type"].(string)
+					m[t] = cm
+				}
+			}
+			return m
+		}
+		am, bm := byType(as), byType(bs)
+		keys := map[string]bool{}
+		for k := range am {
+			keys[k] = true
+		}
+		for k := range bm {
+			keys[k] = true
+		}
+		for _, k := range slices.Sorted(maps.Keys(keys)) {
+			diffPaths(prefix+"["+k+"]", am[k], bm[k], depth+1, out)
+		}
+		return
+	}
+	*out = append(*out, prefix)
 }
 
 // watchChanges starts watching every listable and watchable resource of k
@@ -198,7 +267,8 @@ func watchChanges(ctx context.Context, k *kube) (*changeWatch, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	cw := &changeWatch{cluster: k.Name(), cancel: cancel, counts: map[changeKey]map[string]int{}, nodes: map[string]*unstructured.Unstructured{}}
+	cw := &changeWatch{cluster: k.Name(), cancel: cancel, counts: map[changeKey]map[string]int{},
+		fields: map[changeKey]map[string]bool{}, nodes: map[string]*unstructured.Unstructured{}}
 	for _, l := range lists {
 		gv, err := schema.ParseGroupVersion(l.GroupVersion)
 		if err != nil {
@@ -279,10 +349,22 @@ func (cw *changeWatch) record(resource string, ev watch.Event) {
 	key := changeKey{resource: resource, event: string(ev.Type), writer: writer, meaning: meaning(resource, obj)}
 	if resource == "nodes" {
 		prev := cw.nodes[u.GetName()]
-		key.heartbeat = ev.Type == watch.Modified && prev != nil && heartbeatOnly(prev, u)
+		var fields []string
+		if ev.Type == watch.Modified && prev != nil {
+			fields = changedFields(prev, u)
+			key.heartbeat = len(fields) == 0
+		}
 		cw.nodes[u.GetName()] = u
 		if key.heartbeat && key.meaning == meaningVirtualNodeStatus {
 			key.meaning = meaningVirtualNodeHeartbeat
+		}
+		if cw.counting && key.meaning == meaningVirtualNodeStatus {
+			if cw.fields[key] == nil {
+				cw.fields[key] = map[string]bool{}
+			}
+			for _, f := range fields {
+				cw.fields[key][f] = true
+			}
 		}
 	}
 	if !cw.counting {
@@ -321,7 +403,8 @@ func (cw *changeWatch) stop() ([]ObjectChanges, []string) {
 	defer cw.mu.Unlock()
 	var out []ObjectChanges
 	for k, objs := range cw.counts {
-		c := ObjectChanges{Cluster: cw.cluster, Resource: k.resource, Event: k.event, Writer: k.writer, Meaning: k.meaning, HeartbeatOnly: k.heartbeat}
+		c := ObjectChanges{Cluster: cw.cluster, Resource: k.resource, Event: k.event, Writer: k.writer, Meaning: k.meaning, HeartbeatOnly: k.heartbeat,
+			Fields: slices.Sorted(maps.Keys(cw.fields[k]))}
 		names := make([]string, 0, len(objs))
 		for o, n := range objs {
 			c.Count += n

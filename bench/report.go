@@ -742,7 +742,11 @@ func renderWindows(b *strings.Builder, r *Results) {
 					continue
 				}
 				rows++
-				p("| %s | %s | %s | %s | %s | %d | %s |\n", c.Cluster, c.Resource, orDash(c.Meaning), strings.ToLower(c.Event), orDash(c.Writer), c.Count, cell(strings.Join(c.Objects, ", ")))
+				objs := strings.Join(c.Objects, ", ")
+				if len(c.Fields) > 0 {
+					objs += "; changed: " + strings.Join(c.Fields, ", ")
+				}
+				p("| %s | %s | %s | %s | %s | %d | %s |\n", c.Cluster, c.Resource, orDash(c.Meaning), strings.ToLower(c.Event), orDash(c.Writer), c.Count, cell(objs))
 			}
 		}
 		if rows == 0 {

@@ -427,3 +427,33 @@ func TestWriteResultsKeepsLatest(t *testing.T) {
 		t.Errorf("latest.md = %q after a run that measured nothing (wrote %v)", md, files)
 	}
 }
+
+func TestChangedFields(t *testing.T) {
+	node := func(rv, heartbeat, ready, pods string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": "annex-beta", "resourceVersion": rv},
+			"status": map[string]any{
+				"allocatable": map[string]any{"cpu": "8", "pods": pods},
+				"conditions": []any{
+					map[string]any{"type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat},
+					map[string]any{"type": "MemoryPressure", "status": "False", "lastHeartbeatTime": heartbeat},
+				}},
+		}}
+	}
+	a := node("1", "2026-01-01T00:00:00Z", "True", "110")
+	for _, tc := range []struct {
+		name string
+		b    *unstructured.Unstructured
+		want []string
+	}{
+		{name: "heartbeat only", b: node("2", "2026-01-01T00:05:00Z", "True", "110")},
+		{name: "Ready and allocatable pods", b: node("2", "2026-01-01T00:05:00Z", "False", "100"),
+			want: []string{"status.allocatable.pods", "status.conditions[Ready].status"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, changedFields(a, tc.b)); diff != "" {
+				t.Errorf("changedFields (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

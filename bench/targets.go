@@ -342,7 +342,11 @@ func annexChangeSummary(changes []ObjectChanges, n int, keep func(ObjectChanges)
 		if c.Meaning != "" {
 			what = c.Meaning + " (" + c.Resource + ")"
 		}
-		parts = append(parts, fmt.Sprintf("%d× %s %s on %s by %s: %s", c.Count, strings.ToLower(c.Event), what, c.Cluster, c.Writer, strings.Join(c.Objects, ", ")))
+		part := fmt.Sprintf("%d× %s %s on %s by %s: %s", c.Count, strings.ToLower(c.Event), what, c.Cluster, c.Writer, strings.Join(c.Objects, ", "))
+		if len(c.Fields) > 0 {
+			part += " (changed: " + strings.Join(c.Fields, ", ") + ")"
+		}
+		parts = append(parts, part)
 	}
 	if len(parts) == 0 {
 		return "none attributed to Annex (see the table)"

@@ -34,7 +34,8 @@
 // aggregation merges only repeats of one provider Event (aggregateKey), so
 // each local Event keeps the annotations of the provider Event it reflects.
 // The provider's informers keep Events trimmed (no managed fields, labels,
-// annotations or related object; message cut to 1 KiB). The state of what
+// annotations or related object; message cut to 1 KiB), and of an Event
+// that is never reflected (Reflectable) only its name. The state of what
 // was reflected is kept per local pod and forgotten when the pod is deleted
 // or the provider Event is.
 //
