@@ -7,9 +7,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/randfill"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/podstatus"
 )
 
 // TestTrimPod: the pod informers' caches keep of a provider's pod its key,
@@ -90,5 +92,31 @@ func TestTrimShadowPod(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("trimShadowPod (-want +got):\n%s", diff)
+	}
+}
+
+// TestTrimPodKeepsWhatIsRead: whatever a provider's pod's status holds,
+// what the reflector computes from the cached providerPod is what it
+// computed from the whole pod (a field podstatus starts to read must be
+// kept by trimPod too).
+func TestTrimPodKeepsWhatIsRead(t *testing.T) {
+	f := randfill.NewWithSeed(1).NilChance(0.2).NumElements(0, 3)
+	for i := range 200 {
+		pod := &corev1.Pod{}
+		f.Fill(&pod.Status)
+		if i%2 == 0 {
+			pod.Status.Phase = corev1.PodPending // Starting's interesting case
+		}
+		got, err := trimPod(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached := got.(*providerPod)
+		if diff := cmp.Diff(podstatus.FromPod(pod), podstatus.FromStatus(&cached.status)); diff != "" {
+			t.Fatalf("status from the cached pod differs (-whole +cached):\n%s", diff)
+		}
+		if a, b := podstatus.Starting(&pod.Status), podstatus.Starting(&cached.status); a != b {
+			t.Fatalf("Starting: whole pod %v, cached %v", a, b)
+		}
 	}
 }
