@@ -200,7 +200,7 @@ func diffPaths(prefix string, a, b any, depth int, out *[]string) {
 	if equality.Semantic.DeepEqual(a, b) {
 		return
 	}
-	join := func(k string) string {
+	name := func(k string) string {
 		if prefix == "" {
 			return k
 		}
@@ -208,46 +208,33 @@ func diffPaths(prefix string, a, b any, depth int, out *[]string) {
 	}
 	am, aok := a.(map[string]any)
 	bm, bok := b.(map[string]any)
-	if aok && bok && depth < 4 {
-		keys := map[string]bool{}
-		for k := range am {
-			keys[k] = true
-		}
-		for k := range bm {
-			keys[k] = true
-		}
-		for _, k := range slices.Sorted(maps.Keys(keys)) {
-			diffPaths(join(k), am[k], bm[k], depth+1, out)
-		}
+	as, asok := a.([]any)
+	bs, bsok := b.([]any)
+	if asok && bsok && strings.HasSuffix(prefix, "conditions") {
+		am, bm, aok, bok = conditionsByType(as), conditionsByType(bs), true, true
+		name = func(k string) string { return prefix + "[" + k + "]" }
+	}
+	if !aok || !bok || depth >= 4 {
+		*out = append(*out, prefix)
 		return
 	}
-	as, aok := a.([]any)
-	bs, bok := b.([]any)
-	if aok && bok && strings.HasSuffix(prefix, "conditions") {
-		byType := func(l []any) map[string]any {
-			m := map[string]any{}
-			for _, c := range l {
-				if cm, ok := c.(map[string]any); ok {
-					t, _ := cm["type"].(string)
-					m[t] = cm
-				}
-			}
-			return m
-		}
-		am, bm := byType(as), byType(bs)
-		keys := map[string]bool{}
-		for k := range am {
-			keys[k] = true
-		}
-		for k := range bm {
-			keys[k] = true
-		}
-		for _, k := range slices.Sorted(maps.Keys(keys)) {
-			diffPaths(prefix+"["+k+"]", am[k], bm[k], depth+1, out)
-		}
-		return
+	keys := maps.Collect(maps.All(am))
+	maps.Copy(keys, bm)
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		diffPaths(name(k), am[k], bm[k], depth+1, out)
 	}
-	*out = append(*out, prefix)
+}
+
+// conditionsByType indexes a list of conditions by their type.
+func conditionsByType(l []any) map[string]any {
+	m := map[string]any{}
+	for _, c := range l {
+		if cm, ok := c.(map[string]any); ok {
+			t, _ := cm["type"].(string)
+			m[t] = cm
+		}
+	}
+	return m
 }
 
 // watchChanges starts watching every listable and watchable resource of k
