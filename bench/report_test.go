@@ -457,3 +457,14 @@ func TestChangedFields(t *testing.T) {
 		})
 	}
 }
+
+// A virtual node status write that changed more than its heartbeat says
+// what it changed, in the missed target's summary.
+func TestChangeSummaryFields(t *testing.T) {
+	status := ObjectChanges{Cluster: "alpha", Resource: "nodes", Event: "MODIFIED", Writer: "annex-virtual-node Update status",
+		Meaning: meaningVirtualNodeStatus, Count: 1, Objects: []string{"annex-beta ×1"}, Fields: []string{"status.allocatable.pods"}}
+	got := annexChangeSummary([]ObjectChanges{status}, 5, func(ObjectChanges) bool { return true })
+	if want := "annex-beta ×1 (changed: status.allocatable.pods)"; !strings.Contains(got, want) {
+		t.Errorf("summary %q does not contain %q", got, want)
+	}
+}
