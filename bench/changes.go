@@ -48,6 +48,16 @@ type ObjectChanges struct {
 	Fields []string `json:"fields,omitempty"`
 }
 
+// objectsText lists the changed objects, and for a virtual node's status
+// the fields that changed.
+func (c ObjectChanges) objectsText() string {
+	s := strings.Join(c.Objects, ", ")
+	if len(c.Fields) > 0 {
+		s += " (changed: " + strings.Join(c.Fields, ", ") + ")"
+	}
+	return s
+}
+
 // meaning names the known objects that are written while nothing happens.
 func meaning(resource, obj string) string {
 	ns, name, _ := strings.Cut(obj, "/")

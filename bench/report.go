@@ -742,11 +742,7 @@ func renderWindows(b *strings.Builder, r *Results) {
 					continue
 				}
 				rows++
-				objs := strings.Join(c.Objects, ", ")
-				if len(c.Fields) > 0 {
-					objs += "; changed: " + strings.Join(c.Fields, ", ")
-				}
-				p("| %s | %s | %s | %s | %s | %d | %s |\n", c.Cluster, c.Resource, orDash(c.Meaning), strings.ToLower(c.Event), orDash(c.Writer), c.Count, cell(objs))
+				p("| %s | %s | %s | %s | %s | %d | %s |\n", c.Cluster, c.Resource, orDash(c.Meaning), strings.ToLower(c.Event), orDash(c.Writer), c.Count, cell(c.objectsText()))
 			}
 		}
 		if rows == 0 {

@@ -342,11 +342,7 @@ func annexChangeSummary(changes []ObjectChanges, n int, keep func(ObjectChanges)
 		if c.Meaning != "" {
 			what = c.Meaning + " (" + c.Resource + ")"
 		}
-		part := fmt.Sprintf("%d× %s %s on %s by %s: %s", c.Count, strings.ToLower(c.Event), what, c.Cluster, c.Writer, strings.Join(c.Objects, ", "))
-		if len(c.Fields) > 0 {
-			part += " (changed: " + strings.Join(c.Fields, ", ") + ")"
-		}
-		parts = append(parts, part)
+		parts = append(parts, fmt.Sprintf("%d× %s %s on %s by %s: %s", c.Count, strings.ToLower(c.Event), what, c.Cluster, c.Writer, c.objectsText()))
 	}
 	if len(parts) == 0 {
 		return "none attributed to Annex (see the table)"
