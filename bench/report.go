@@ -406,8 +406,10 @@ func renderStreams(b *strings.Builder, r *Results) {
 		"create call to the watch event showing the pod Running with every container running: offloaded, the consumer's pod as the virtual node reports it; "+
 		"direct, the provider's pod. The same from the pod's creationTimestamp (whole seconds, so up to 1 s longer) is given for comparison with other "+
 		"measurements of the SLO. Each pod is deleted %s after it was seen started; pods not started %s after the last create count as not started. "+
+		"A stream stops creating pods early once more than 1 %% of its planned pods are not started %.0f s after their create call: its p99 is then "+
+		"above %.0f s whatever follows, and its backlog would only delay the phases after it. "+
 		"Shared placement only (every process on every CPU). Seconds; percentiles nearest-rank over the pods.\n\n",
-		directNS, offloadNS, providerName, streamLinger, streamWait)
+		directNS, offloadNS, providerName, streamLinger, streamWait, targetStartupP99, targetStartupP99)
 	p("| mode | pods created | asked /s | achieved /s | late creates | started | not started | p50 | p90 | p99 | max | p50 from creationTimestamp | p99 from creationTimestamp | most pods at once |\n")
 	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, s := range r.Streams {
@@ -415,6 +417,10 @@ func renderStreams(b *strings.Builder, r *Results) {
 	}
 	p("\n")
 	for _, s := range r.Streams {
+		if s.StoppedAfterSeconds > 0 {
+			p("The %s stream stopped after %.0f s of %s: %d pods were then not started %.0f s after their create call.\n\n",
+				s.Mode, s.StoppedAfterSeconds, time.Duration(r.Config.StreamDuration), s.LateAtStop, targetStartupP99)
+		}
 		if s.Error != "" {
 			p("The %s stream reported: %s\n\n", s.Mode, cell(s.Error))
 		}

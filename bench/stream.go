@@ -28,6 +28,12 @@ type StreamRun struct {
 	CreateErrors int     `json:"createErrors,omitempty"`
 	AchievedRate float64 `json:"achievedRate"`
 	LateCreates  int     `json:"lateCreates,omitempty"`
+	// StoppedAfterSeconds is set when the stream stopped creating pods
+	// before DurationSeconds was up because its SLO was already missed
+	// (streamOverrun): LateAtStop pods were then not started more than
+	// targetStartupP99 after their create call.
+	StoppedAfterSeconds float64 `json:"stoppedAfterSeconds,omitempty"`
+	LateAtStop          int     `json:"lateAtStop,omitempty"`
 	// Started is how many pods were seen started; NotStarted how many
 	// were not within streamWait after the last create call.
 	Started    int `json:"started"`
@@ -61,7 +67,33 @@ const (
 	// streamLate is how late a create call may be sent after its slot
 	// before it counts as late.
 	streamLate = 100 * time.Millisecond
+	// streamCheck is how often the stream counts its late pods.
+	streamCheck = time.Second
 )
+
+// streamOverrun reports whether a stream of planned pods has already
+// missed the startup SLO with late pods not started more than
+// targetStartupP99 after their create call: more than 1 % of the pods are
+// then slower than the bound whatever happens next, so the p99 cannot meet
+// it. Going on would only grow a backlog that the clean-up has to delete
+// and the next phases would wait behind (the 20 pods/s stream of the
+// 2026-12-05 full run left thousands).
+func streamOverrun(late, planned int) bool {
+	return late > planned/100
+}
+
+// late is how many pods sent before now-bound are not yet started.
+func (w *streamWatch) late(now time.Time, bound time.Duration) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for name, sent := range w.sent {
+		if !w.started[name] && now.Sub(sent) > bound {
+			n++
+		}
+	}
+	return n
+}
 
 // streamStages are the stages of a stream's pod as the audit logs show
 // them, from its create call; the first write of each kind counts (a
@@ -252,10 +284,20 @@ func streamOnce(ctx context.Context, e *env, s *StreamRun, d time.Duration) erro
 	created, failed := 0, 0
 	var firstErr error
 	start := time.Now()
+	lastCheck := start
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
 	for i := range n {
+		if now := time.Now(); now.Sub(lastCheck) >= streamCheck {
+			lastCheck = now
+			if late := w.late(now, time.Duration(targetStartupP99*float64(time.Second))); streamOverrun(late, n) {
+				s.StoppedAfterSeconds, s.LateAtStop = now.Sub(start).Seconds(), late
+				e.log.printf("stream %-9s: stopped after %.0fs and %d of %d pods: %d pods not started %.0fs after their create call, more than 1%% of them, so the SLO is missed whatever follows",
+					s.Mode, s.StoppedAfterSeconds, i, n, late, targetStartupP99)
+				break
+			}
+		}
 		due := streamSchedule(start, s.Rate, i)
 		if wait := time.Until(due); wait > 0 {
 			timer.Reset(wait)

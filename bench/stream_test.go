@@ -180,3 +180,36 @@ func TestStreamFreshFlags(t *testing.T) {
 		t.Errorf("phases %v", cfg.Phases)
 	}
 }
+
+func TestStreamOverrun(t *testing.T) {
+	for _, tc := range []struct {
+		late, planned int
+		want          bool
+	}{
+		{0, 6000, false},
+		{60, 6000, false}, // exactly 1 %: the p99 may still be within the bound
+		{61, 6000, true},
+		{1, 50, true},
+		{0, 50, false},
+	} {
+		if got := streamOverrun(tc.late, tc.planned); got != tc.want {
+			t.Errorf("streamOverrun(%d, %d) = %v, want %v", tc.late, tc.planned, got, tc.want)
+		}
+	}
+}
+
+func TestStreamWatchLate(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 1, 0, 0, time.UTC)
+	w := &streamWatch{
+		sent: map[string]time.Time{
+			"old-started":  now.Add(-10 * time.Second),
+			"old-waiting":  now.Add(-6 * time.Second),
+			"just-sent":    now.Add(-time.Second),
+			"at-the-bound": now.Add(-5 * time.Second),
+		},
+		started: map[string]bool{"old-started": true},
+	}
+	if got := w.late(now, 5*time.Second); got != 1 {
+		t.Errorf("late = %d, want 1 (only old-waiting)", got)
+	}
+}
