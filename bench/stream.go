@@ -340,8 +340,8 @@ func streamOnce(ctx context.Context, e *env, s *StreamRun, d time.Duration) erro
 	creates.Wait()
 	s.DurationSeconds = time.Since(start).Seconds()
 	s.Created, s.CreateErrors = created, failed
-	if span := lastSent.Sub(firstSent).Seconds(); n > 1 && span > 0 {
-		s.AchievedRate = float64(n-1) / span
+	if span := lastSent.Sub(firstSent).Seconds(); created+failed > 1 && span > 0 {
+		s.AchievedRate = float64(created+failed-1) / span // the calls sent: fewer than n when the stream stopped early
 	}
 	if firstErr != nil {
 		e.log.printf("stream %-9s: %d create calls failed, the first: %v", s.Mode, failed, firstErr)
