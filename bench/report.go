@@ -417,9 +417,8 @@ func renderStreams(b *strings.Builder, r *Results) {
 	}
 	p("\n")
 	for _, s := range r.Streams {
-		if s.StoppedAfterSeconds > 0 {
-			p("The %s stream stopped after %.0f s of %s: %d pods were then not started %.0f s after their create call.\n\n",
-				s.Mode, s.StoppedAfterSeconds, time.Duration(r.Config.StreamDuration), s.LateAtStop, targetStartupP99)
+		if why := s.stopped(streamCount(s.Rate, time.Duration(r.Config.StreamDuration))); why != "" {
+			p("The %s stream %s.\n\n", s.Mode, why)
 		}
 		if s.Error != "" {
 			p("The %s stream reported: %s\n\n", s.Mode, cell(s.Error))

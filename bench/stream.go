@@ -82,6 +82,16 @@ func streamOverrun(late, planned int) bool {
 	return late > planned/100
 }
 
+// stopped says why the stream stopped early ("" when it did not), for the
+// target line and the page.
+func (s StreamRun) stopped(planned int) string {
+	if s.StoppedAfterSeconds == 0 {
+		return ""
+	}
+	return fmt.Sprintf("stopped after %.0f s: %d pods were then not started %.0f s after their create call, more than 1 %% of the %d planned",
+		s.StoppedAfterSeconds, s.LateAtStop, targetStartupP99, planned)
+}
+
 // late is how many pods sent before now-bound are not yet started.
 func (w *streamWatch) late(now time.Time, bound time.Duration) int {
 	w.mu.Lock()
@@ -285,13 +295,14 @@ func streamOnce(ctx context.Context, e *env, s *StreamRun, d time.Duration) erro
 	var firstErr error
 	start := time.Now()
 	lastCheck := start
+	bound := time.Duration(targetStartupP99 * float64(time.Second))
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
 	for i := range n {
 		if now := time.Now(); now.Sub(lastCheck) >= streamCheck {
 			lastCheck = now
-			if late := w.late(now, time.Duration(targetStartupP99*float64(time.Second))); streamOverrun(late, n) {
+			if late := w.late(now, bound); streamOverrun(late, n) {
 				s.StoppedAfterSeconds, s.LateAtStop = now.Sub(start).Seconds(), late
 				e.log.printf("stream %-9s: stopped after %.0fs and %d of %d pods: %d pods not started %.0fs after their create call, more than 1%% of them, so the SLO is missed whatever follows",
 					s.Mode, s.StoppedAfterSeconds, i, n, late, targetStartupP99)

@@ -382,9 +382,8 @@ func startupSLO(r *Results) TargetResult {
 	if off.NotStarted > 0 || off.CreateErrors > 0 {
 		t.Result += fmt.Sprintf("; %d pods not started within %s of the last create, %d create calls failed", off.NotStarted, streamWait, off.CreateErrors)
 	}
-	if off.StoppedAfterSeconds > 0 {
-		t.Result += fmt.Sprintf("; stopped after %.0f s: %d pods were then not started %.0f s after their create call, more than 1 %% of the %d planned",
-			off.StoppedAfterSeconds, off.LateAtStop, targetStartupP99, streamCount(off.Rate, time.Duration(cfg.StreamDuration)))
+	if why := off.stopped(streamCount(off.Rate, time.Duration(cfg.StreamDuration))); why != "" {
+		t.Result += "; " + why
 	}
 	t.Met = ptrTo(off.Started > 0 && off.Startup.P99 <= targetStartupP99 && off.NotStarted == 0 && off.CreateErrors == 0 && off.StoppedAfterSeconds == 0)
 	if !*t.Met {
