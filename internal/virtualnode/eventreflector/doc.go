@@ -33,7 +33,9 @@
 // instead of creating another; its caches hold 4096 entries. Its
 // aggregation merges only repeats of one provider Event (aggregateKey), so
 // each local Event keeps the annotations of the provider Event it reflects.
-// The provider's informers keep Events trimmed (no managed fields, labels,
+// The provider's informers do not receive the Scheduled Events at all (a
+// field selector, reason!=Scheduled: the provider keeps them for an hour,
+// one per pod), keep the other Events trimmed (no managed fields, labels,
 // annotations or related object; message cut to 1 KiB), and of an Event
 // that is never reflected (Reflectable) only its name. The state of what
 // was reflected is kept per local pod and forgotten when the pod is deleted

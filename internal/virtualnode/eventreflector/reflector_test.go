@@ -3,11 +3,14 @@ package eventreflector
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	corev1listers "k8s.io/client-go/listers/core/v1"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 )
@@ -96,5 +99,35 @@ func TestTrimEvent(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestListWatchSkipsScheduled: the provider's Scheduled Events are not
+// even received; the API server filters them out of both the list and
+// the watch.
+func TestListWatchSkipsScheduled(t *testing.T) {
+	cs := fake.NewClientset()
+	r := New(Config{NodeName: "annex-beta", ProviderID: "beta", RemoteTimeout: time.Second})
+	lw := cache.ToListerWatcherWithContext(r.listWatch(cs, "remote"))
+	if _, err := lw.ListWithContext(t.Context(), metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := lw.WatchWithContext(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Stop()
+	var got []string
+	for _, a := range cs.Actions() {
+		if a, ok := a.(clienttesting.ListAction); ok {
+			got = append(got, a.GetVerb()+" "+a.GetListRestrictions().Fields.String())
+		}
+		if a, ok := a.(clienttesting.WatchAction); ok {
+			got = append(got, a.GetVerb()+" "+a.GetWatchRestrictions().Fields.String())
+		}
+	}
+	want := []string{"list reason!=Scheduled", "watch reason!=Scheduled"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
 	}
 }
