@@ -137,8 +137,9 @@ func (e *env) storeProfile(p *Profile, r io.Reader) error {
 
 // profileDuring runs fn while taking a CPU profile of both agents over about
 // d and a goroutine profile of each agent halfway through; for the burst
-// ratio, also a CPU profile of both API servers (the failure and unpeer
-// trials kill the provider's, so there is nothing to profile there).
+// ratio and the startup SLO, also a CPU profile of both API servers (the
+// failure and unpeer trials kill the provider's, so there is nothing to
+// profile there).
 func (e *env) profileDuring(ctx context.Context, target, when string, d time.Duration, fn func() error) ([]Profile, error) {
 	secs := max(int(d.Seconds()+0.5), 2)
 	var mu sync.Mutex
@@ -156,7 +157,7 @@ func (e *env) profileDuring(ctx context.Context, target, when string, d time.Dur
 	}
 	for _, name := range []string{consumerName, providerName} {
 		a := e.agents[name]
-		if target == keyRatio {
+		if target == keyRatio || target == keyStartupSLO {
 			wg.Go(func() { add(e.captureAPIServerProfile(ctx, a.cluster, target, when, secs)) })
 		}
 		wg.Add(2)

@@ -51,6 +51,15 @@ type StreamRun struct {
 	// Stages are the delays between the stages of the pods' way, from the
 	// API servers' audit logs (see streamStages).
 	Stages []StageDelay `json:"stages,omitempty"`
+	// CPUSeconds is the CPU time the whole machine used while the stream
+	// sent its create calls (/proc/stat), CPUBusy the share of the
+	// machine's CPU time that was, and ProcessCPUSeconds what each process
+	// of both clusters used meanwhile, by "<cluster>/<name>" (as a burst
+	// trial's). A stream whose pods need more CPU than the machine has
+	// falls behind whatever Annex does.
+	CPUSeconds        float64            `json:"cpuSeconds,omitempty"`
+	CPUBusy           float64            `json:"cpuBusy,omitempty"`
+	ProcessCPUSeconds map[string]float64 `json:"processCPUSeconds,omitempty"`
 	// CleanupSeconds is from the deletion of the pods left (once the last
 	// ones started, or streamWait passed) to no pod of the stream left on
 	// either cluster; not a result.
@@ -69,6 +78,9 @@ const (
 	streamLate = 100 * time.Millisecond
 	// streamCheck is how often the stream counts its late pods.
 	streamCheck = time.Second
+	// streamProfile bounds the CPU profiles of the offloaded stream,
+	// taken from its start.
+	streamProfile = 20 * time.Second
 )
 
 // streamOverrun reports whether a stream of planned pods has already
@@ -136,7 +148,20 @@ func runStreams(ctx context.Context, e *env, cfg Config, r *Results) error {
 	var errs []error
 	for _, mode := range []string{modeDirect, modeOffloaded} {
 		s := StreamRun{Mode: mode, Rate: cfg.StreamRate}
-		err := streamOnce(ctx, e, &s, time.Duration(cfg.StreamDuration))
+		d := time.Duration(cfg.StreamDuration)
+		var err error
+		if mode == modeOffloaded {
+			// Kept only when the SLO is missed (finish), to show where
+			// both clusters' CPU went.
+			pd := min(d, streamProfile)
+			var profiles []Profile
+			profiles, err = e.profileDuring(ctx, keyStartupSLO, fmt.Sprintf("the first %s of the offloaded stream", pd), pd, func() error {
+				return streamOnce(ctx, e, &s, d)
+			})
+			r.Profiles = append(r.Profiles, profiles...)
+		} else {
+			err = streamOnce(ctx, e, &s, d)
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -288,6 +313,8 @@ func streamOnce(ctx context.Context, e *env, s *StreamRun, d time.Duration) erro
 
 	n := streamCount(s.Rate, d)
 	e.log.printf("stream %-9s: %d pods at %.0f/s for %s into %s of %s", s.Mode, n, s.Rate, d, ns, k.Name())
+	procs0 := procCPU(e.clusterProcs())
+	cpu0, cpuErr := readMachineCPU()
 	var creates sync.WaitGroup
 	var mu sync.Mutex
 	var firstSent, lastSent time.Time
@@ -350,6 +377,13 @@ func streamOnce(ctx context.Context, e *env, s *StreamRun, d time.Duration) erro
 	}
 	creates.Wait()
 	s.DurationSeconds = time.Since(start).Seconds()
+	if cpu1, err := readMachineCPU(); err == nil && cpuErr == nil {
+		s.CPUSeconds, s.CPUBusy = cpuUse(cpu0, cpu1)
+	}
+	s.ProcessCPUSeconds = cpuDelta(procs0, procCPU(e.clusterProcs()))
+	if s.CPUSeconds > 0 {
+		e.log.printf("stream %-9s: CPUs %.0f%% busy; CPU-seconds %s", s.Mode, 100*s.CPUBusy, processCPULine(s.ProcessCPUSeconds))
+	}
 	s.Created, s.CreateErrors = created, failed
 	if span := lastSent.Sub(firstSent).Seconds(); created+failed > 1 && span > 0 {
 		s.AchievedRate = float64(created+failed-1) / span // the calls sent: fewer than n when the stream stopped early

@@ -404,6 +404,16 @@ func streamWhy(off, dir *StreamRun) string {
 	}
 	parts = append(parts, fmt.Sprintf("The stream sent its create calls at %.1f pods/s (%.0f asked; %d calls more than %s late) and had at most %d pods at once.",
 		off.AchievedRate, off.Rate, off.LateCreates, streamLate, off.MaxAlive))
+	if off.CPUSeconds > 0 {
+		c := fmt.Sprintf("Meanwhile the machine's CPUs were %.0f %% busy", 100*off.CPUBusy)
+		if dir != nil && dir.CPUSeconds > 0 {
+			c += fmt.Sprintf(" (%.0f %% during the direct stream)", 100*dir.CPUBusy)
+		}
+		if off.CPUBusy >= 0.9 {
+			c += ": the stream was CPU-bound, and a backlog grows once the pods need more CPU than the machine has"
+		}
+		parts = append(parts, c+" (CPU-seconds by process: see Pod startup under a steady stream).")
+	}
 	return strings.Join(parts, " ")
 }
 
