@@ -478,6 +478,10 @@ func TestDeletion(t *testing.T) {
 		}
 		return nil
 	})
+	// It runs there, Ready; its deletion writes no status: the pod goes.
+	e.setRemoteStatus("web", runningStatus("10.246.0.9"))
+	e.waitReady("web", corev1.ConditionTrue, false)
+	writes := e.statusWrites()
 	gets := e.spGets.Load()
 	p, _ := e.pod("web")
 	now := metav1.Now()
@@ -493,6 +497,9 @@ func TestDeletion(t *testing.T) {
 	})
 	if n := e.spGets.Load() - gets; n != 0 {
 		t.Errorf("%d reads of ShadowPods on the provider during the deletion, want 0", n)
+	}
+	if n := e.statusWrites() - writes; n != 0 {
+		t.Errorf("%d status writes to the pod during its deletion, want 0", n)
 	}
 	if _, err := e.shadow("web"); !apierrors.IsNotFound(err) {
 		t.Errorf("ShadowPod after the pod's deletion: %v", err)

@@ -204,6 +204,14 @@ func (r *Reflector) desiredReachable(key string, pod, out *corev1.Pod, sc Status
 		return true
 	}
 	// No ShadowPod (yet) for this pod.
+	if pod.DeletionTimestamp != nil {
+		// Its ShadowPod is gone (or was never made): syncTerminating
+		// deletes the pod for good next, and a terminating pod is out of
+		// its Services' ready endpoints already. A status written now
+		// would be the last write to a pod about to go (one per deleted
+		// pod, measured), racing that deletion.
+		return false
+	}
 	p, ok := r.pendingFor(key, pod.UID)
 	if !ok {
 		if untouched(pod) {
