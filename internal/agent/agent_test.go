@@ -44,6 +44,9 @@ current-context: c
 	if cfg.QPS != -1 || cfg.RateLimiter != nil {
 		t.Errorf("QPS = %v, RateLimiter = %v; want -1 and none (client-side rate limiting off)", cfg.QPS, cfg.RateLimiter)
 	}
+	if !cfg.DisableCompression {
+		t.Error("DisableCompression = false; want true (no gzip next to the API server)")
+	}
 }
 
 // The cache keeps of a pod what the agent's controllers read: metadata
