@@ -292,8 +292,7 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 	t.QuietWaitSeconds = waited.Seconds()
 	agentCPU0 := e.agentCPU()
 	adds0 := e.queueAdds(ctx)
-	procs0 := procCPU(e.clusterProcs())
-	cpu0, cpuErr := readMachineCPU()
+	cpu0 := e.markCPU()
 	start := time.Now()
 	if _, err := k.cs.AppsV1().Deployments(ns).Create(ctx, deployment(ns, name, t.N), metav1.CreateOptions{}); err != nil {
 		return err
@@ -305,11 +304,8 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 	if err != nil {
 		return err
 	}
-	if cpu1, err := readMachineCPU(); err == nil && cpuErr == nil {
-		t.CPUSeconds, t.CPUBusy = cpuUse(cpu0, cpu1)
-		t.CPUBusyPerCPU = perCPUBusy(cpu0, cpu1)
-	}
-	t.ProcessCPUSeconds = cpuDelta(procs0, procCPU(e.clusterProcs()))
+	used := e.cpuSince(cpu0)
+	t.CPUSeconds, t.CPUBusy, t.CPUBusyPerCPU, t.ProcessCPUSeconds = used.seconds, used.busy, used.perCPU, used.procs
 	t.AllReadySeconds = last.Sub(start).Seconds()
 	t.FirstReadySeconds = first.Sub(start).Seconds()
 	t.HalfReadySeconds = w.nthReady((t.N + 1) / 2).Sub(start).Seconds()
@@ -364,6 +360,39 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 		}
 	}
 	return nil
+}
+
+// cpuMark is a reading of the machine's CPUs and of the CPU time of every
+// process of both clusters, the start of an interval cpuSince measures.
+type cpuMark struct {
+	machine MachineCPU
+	err     error // reading /proc/stat
+	procs   map[string]float64
+}
+
+func (e *env) markCPU() cpuMark {
+	m := cpuMark{procs: procCPU(e.clusterProcs())}
+	m.machine, m.err = readMachineCPU()
+	return m
+}
+
+// cpuUsed is what the machine's CPUs (all together and each) and every
+// process of both clusters used over an interval.
+type cpuUsed struct {
+	seconds, busy float64
+	perCPU        []float64
+	procs         map[string]float64
+}
+
+// cpuSince is what was used since m; the machine's part stays zero when
+// /proc/stat cannot be read.
+func (e *env) cpuSince(m cpuMark) cpuUsed {
+	u := cpuUsed{procs: cpuDelta(m.procs, procCPU(e.clusterProcs()))}
+	if now, err := readMachineCPU(); err == nil && m.err == nil {
+		u.seconds, u.busy = cpuUse(m.machine, now)
+		u.perCPU = perCPUBusy(m.machine, now)
+	}
+	return u
 }
 
 // cpuDelta is the CPU-seconds used between two readings of procCPU, for

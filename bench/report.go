@@ -426,8 +426,8 @@ func renderStreams(b *strings.Builder, r *Results) {
 	}
 	for _, s := range r.Streams {
 		if s.CPUSeconds > 0 {
-			p("While the %s stream sent its create calls (%.0f s), the machine's CPUs were %.0f %% busy (%s CPU-seconds); CPU-seconds by process: %s.\n\n",
-				s.Mode, s.DurationSeconds, 100*s.CPUBusy, fmt.Sprintf("%.1f", s.CPUSeconds), processCPULine(s.ProcessCPUSeconds))
+			p("While the %s stream sent its create calls (%.0f s), the machine's CPUs were %.0f %% busy (%.1f CPU-seconds); CPU-seconds by process: %s.\n\n",
+				s.Mode, s.DurationSeconds, 100*s.CPUBusy, s.CPUSeconds, processCPULine(s.ProcessCPUSeconds))
 		}
 	}
 	var rows []stageRow

@@ -313,8 +313,7 @@ func streamOnce(ctx context.Context, e *env, s *StreamRun, d time.Duration) erro
 
 	n := streamCount(s.Rate, d)
 	e.log.printf("stream %-9s: %d pods at %.0f/s for %s into %s of %s", s.Mode, n, s.Rate, d, ns, k.Name())
-	procs0 := procCPU(e.clusterProcs())
-	cpu0, cpuErr := readMachineCPU()
+	cpu0 := e.markCPU()
 	var creates sync.WaitGroup
 	var mu sync.Mutex
 	var firstSent, lastSent time.Time
@@ -377,10 +376,8 @@ func streamOnce(ctx context.Context, e *env, s *StreamRun, d time.Duration) erro
 	}
 	creates.Wait()
 	s.DurationSeconds = time.Since(start).Seconds()
-	if cpu1, err := readMachineCPU(); err == nil && cpuErr == nil {
-		s.CPUSeconds, s.CPUBusy = cpuUse(cpu0, cpu1)
-	}
-	s.ProcessCPUSeconds = cpuDelta(procs0, procCPU(e.clusterProcs()))
+	used := e.cpuSince(cpu0)
+	s.CPUSeconds, s.CPUBusy, s.ProcessCPUSeconds = used.seconds, used.busy, used.procs
 	if s.CPUSeconds > 0 {
 		e.log.printf("stream %-9s: CPUs %.0f%% busy; CPU-seconds %s", s.Mode, 100*s.CPUBusy, processCPULine(s.ProcessCPUSeconds))
 	}
