@@ -95,6 +95,10 @@ type Reflector struct {
 	pending          map[string]pendingCreate
 	deps             seenDependencies // ConfigMaps and Secrets seen on the provider
 	seen             map[string]seenShadow
+	// deleted holds the UID of each local pod the reflector deleted for
+	// good (grace period 0) that the informer may still show: a sync of it
+	// before the informer's deletion event has nothing left to do.
+	deleted map[string]types.UID
 	// reported are the problems of each pod's provider status already
 	// recorded as Events; refusedPatch the metadata patch the provider
 	// refused last for each pod (not sent again).
@@ -167,6 +171,7 @@ func New(cfg Config) *Reflector {
 		namespaces:   map[string]string{},
 		pending:      map[string]pendingCreate{},
 		seen:         map[string]seenShadow{},
+		deleted:      map[string]types.UID{},
 		reported:     map[string]*reportedProblems{},
 		refusedPatch: map[string]refusedPatch{},
 	}
@@ -504,6 +509,7 @@ func (r *Reflector) forgetPod(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.seen, key)
+	delete(r.deleted, key)
 	delete(r.reported, key)
 	delete(r.refusedPatch, key)
 }
@@ -638,17 +644,35 @@ func splitKey(key string) (string, string) {
 }
 
 // deleteLocal deletes the local pod (UID precondition) with grace period
-// grace (nil: the pod's own). NotFound and a UID conflict are success.
+// grace (nil: the pod's own). NotFound and a UID conflict are success. A
+// pod deleted for good (grace 0) is remembered until the informer shows
+// it gone (deletedFor), so that it is not deleted a second time: in a
+// stream of deletions, one pod in three was synced again before the
+// informer caught up, and its second deletion found nothing (404).
 func (r *Reflector) deleteLocal(ctx context.Context, pod *corev1.Pod, grace *int64) error {
 	uid := pod.UID
 	err := r.cfg.Local.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: grace,
 		Preconditions:      &metav1.Preconditions{UID: &uid},
 	})
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return err
 	}
-	return err
+	if grace != nil && *grace == 0 {
+		r.mu.Lock()
+		r.deleted[podKey(pod.Namespace, pod.Name)] = uid
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// deletedFor reports whether the local pod key with uid was deleted for
+// good by deleteLocal.
+func (r *Reflector) deletedFor(key string, uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	u, ok := r.deleted[key]
+	return ok && u == uid
 }
 
 // ShadowPodOrigin returns the origin UID (AnnotationOriginUID) of the

@@ -506,6 +506,39 @@ func TestDeletion(t *testing.T) {
 	}
 }
 
+// TestFinalDeletionOnce: a pod the reflector deleted for good is not
+// deleted again by a sync that comes before the informer shows it gone.
+// Here the local API server keeps the pod (its deletion is acknowledged
+// but never lands), as an informer lagging behind the deletion would.
+func TestFinalDeletionOnce(t *testing.T) {
+	web := localPod("web", "uid-web")
+	now := metav1.Now()
+	web.DeletionTimestamp, web.DeletionGracePeriodSeconds = &now, new(int64(30))
+	e := newEnv(t, []*corev1.Pod{web})
+	var deletes atomic.Int32
+	e.local.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		deletes.Add(1)
+		return true, nil, nil
+	})
+	e.r.SetReachability(Reachable)
+	// No ShadowPod on the provider: the reflector confirms that with a
+	// read, then deletes the local pod for good.
+	e.eventually("local pod deleted", func() error {
+		if n := deletes.Load(); n == 0 {
+			return errors.New("no deletion yet")
+		}
+		return nil
+	})
+	for range 3 {
+		if err := e.r.syncRemote(e.ctx, "demo/web"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := deletes.Load(); n != 1 {
+		t.Errorf("%d deletions of the local pod, want 1", n)
+	}
+}
+
 // TestRemoteDeletionReflected: a ShadowPod deleted on the provider deletes
 // its local pod, whether the provider reported a status for it (web) or not
 // yet (fresh: no status written, the reflector remembers it created it).

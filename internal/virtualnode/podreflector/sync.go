@@ -111,6 +111,9 @@ func (r *Reflector) syncGone(ns, name string) error {
 // the provider is permanently unreachable the local pod is deleted at once.
 func (r *Reflector) syncTerminating(ctx context.Context, key string, pod *corev1.Pod) error {
 	r.clearPending(key)
+	if r.deletedFor(key, pod.UID) {
+		return nil // deleted for good; the informer has not caught up yet
+	}
 	switch r.Reachability() {
 	case PermanentlyUnreachable:
 		r.cfg.Log.V(1).Info("Provider permanently unreachable: deleting the local pod without remote clean-up", "pod", key)
