@@ -453,6 +453,9 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err := writeKwokDebugging(l, o.Name, time.Now()); err != nil {
 		return nil, err
 	}
+	if err := writeKwokOptions(l); err != nil {
+		return nil, err
+	}
 	if o.AuditWrites {
 		if err := writeFileAtomic(l.auditPolicy(), []byte(auditWritesPolicy), 0o644); err != nil {
 			return nil, err

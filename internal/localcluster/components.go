@@ -250,6 +250,7 @@ func kwokArgs(l layout, s *state, stageFiles []string) []string {
 		// verifies this certificate with the cluster CA.
 		"--tls-cert-file=" + l.pki().cert(kwokServingCertName),
 		"--tls-private-key-file=" + l.pki().key(kwokServingCertName),
+		"--config=" + l.kwokOptions(),
 		"--config=" + l.kwokConfig(),
 	}
 	for _, f := range stageFiles {

@@ -38,9 +38,51 @@ func KwokLogLine(cluster string) string { return "hello from " + cluster + " kwo
 // kwokAPIVersion is the API version of kwok's configuration kinds.
 const kwokAPIVersion = "kwok.x-k8s.io/v1alpha1"
 
-func (l layout) kwokDir() string    { return filepath.Join(l.dir, "kwok") }
-func (l layout) kwokLog() string    { return filepath.Join(l.kwokDir(), "container.log") }
-func (l layout) kwokConfig() string { return filepath.Join(l.kwokDir(), "debugging.yaml") }
+// kwokConfigAPIVersion is the API version of kwok's KwokConfiguration.
+const kwokConfigAPIVersion = "config.kwok.x-k8s.io/v1alpha1"
+
+func (l layout) kwokDir() string     { return filepath.Join(l.dir, "kwok") }
+func (l layout) kwokLog() string     { return filepath.Join(l.kwokDir(), "container.log") }
+func (l layout) kwokConfig() string  { return filepath.Join(l.kwokDir(), "debugging.yaml") }
+func (l layout) kwokOptions() string { return filepath.Join(l.kwokDir(), "options.yaml") }
+
+// kwokPodWorkers is how many pods kwok plays a stage for at once (its
+// podPlayStageParallelism). kwok's default, 4 for all its nodes together,
+// made kwok the queue of a cluster under load: each stage is one request
+// (a status patch, a deletion), and once the API server answers in
+// 100 ms, 4 workers play 40 stages a second, fewer than a stream of 20
+// pods a second needs; pods then waited seconds to be Running that real
+// kubelets, one per node and a worker per pod, would not have made wait.
+const kwokPodWorkers = 32
+
+// writeKwokOptions writes kwok's KwokConfiguration. kwok defaults nothing
+// in one read from a file, so it holds every option kwok's defaulting
+// (v0.8.0) sets that no flag of kwokArgs does, with kwok's default values
+// except podPlayStageParallelism (kwokPodWorkers).
+func writeKwokOptions(l layout) error {
+	if err := os.MkdirAll(l.kwokDir(), 0o755); err != nil {
+		return err
+	}
+	data, err := yaml.Marshal(map[string]any{
+		"apiVersion": kwokConfigAPIVersion, "kind": "KwokConfiguration",
+		"metadata": map[string]any{"name": "localcluster"},
+		"options": map[string]any{
+			"podPlayStageParallelism":         kwokPodWorkers,
+			"nodePlayStageParallelism":        4,
+			"nodeLeaseParallelism":            4,
+			"podsOnNodeSyncParallelism":       1,
+			"enablePodsOnNodeSyncListPager":   true,
+			"enablePodsOnNodeSyncStreamWatch": false,
+			"enableDebuggingHandlers":         true,
+			"enableProfilingHandler":          true,
+			"enableContentionProfiling":       false,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(l.kwokOptions(), data, 0o644)
+}
 
 // writeKwokDebugging writes the log every kwok container serves (in the
 // CRI log format kwok reads) and kwok's configuration serving it

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -54,6 +55,37 @@ func TestWriteKwokDebugging(t *testing.T) {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("configuration does not mention %s:\n%s", want, data)
 		}
+	}
+}
+
+func TestWriteKwokOptions(t *testing.T) {
+	l := layout{dir: t.TempDir()}
+	if err := writeKwokOptions(l); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(l.kwokOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := yaml.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	// kwok applies no defaults to a KwokConfiguration read from a file:
+	// a parallelism left out is 0, and kwok exits ("node leases
+	// parallelism must be greater than 0").
+	want := map[string]any{
+		"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
+		"metadata": map[string]any{"name": "localcluster"},
+		"options": map[string]any{
+			"podPlayStageParallelism": float64(kwokPodWorkers), "nodePlayStageParallelism": float64(4),
+			"nodeLeaseParallelism": float64(4), "podsOnNodeSyncParallelism": float64(1),
+			"enablePodsOnNodeSyncListPager": true, "enablePodsOnNodeSyncStreamWatch": false,
+			"enableDebuggingHandlers": true, "enableProfilingHandler": true, "enableContentionProfiling": false,
+		},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("options.yaml (-want +got):\n%s", diff)
 	}
 }
 

@@ -377,7 +377,7 @@ func TestComponentArgs(t *testing.T) {
 				"node-port":                        "10247",
 				"tls-cert-file":                    "/d/pki/kwok-serving.crt",
 				"tls-private-key-file":             "/d/pki/kwok-serving.key",
-				"config":                           "/d/kwok/debugging.yaml,/s/a.yaml,/s/b.yaml",
+				"config":                           "/d/kwok/options.yaml,/d/kwok/debugging.yaml,/s/a.yaml,/s/b.yaml",
 				"node-lease-duration-seconds":      "40",
 			},
 		},
