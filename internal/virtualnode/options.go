@@ -29,7 +29,10 @@ type Options struct {
 	// waiting (bench: round trips of 150-250 ms with both clusters on 2
 	// busy CPUs); 16 keep up with the 55 pods/s the provider starts of its
 	// own there, and cost nothing while idle. More (64 was tried) did not
-	// help: the CPUs are the limit then.
+	// help: the CPUs are the limit then. Nor under a steady stream of 20
+	// pods/s (each deleted after it started, so a ShadowPod creation and
+	// deletion and a local deletion per pod: about 0.6 s of a worker): with
+	// 64 the wait moved on to the provider, both clusters' CPUs being busy.
 	Workers int
 	// LeaseDuration is the duration of the node leases (renewed every
 	// quarter of it). The default, 40 s renewed every 10 s, is a
