@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -74,10 +73,10 @@ type BurstTrial struct {
 	// AgentCPUSeconds is the CPU time (utime+stime) each agent used over
 	// the same interval, by cluster.
 	AgentCPUSeconds map[string]float64 `json:"agentCPUSeconds,omitempty"`
-	// QueueAdds is the increase of client-go's workqueue_adds_total on
-	// each agent's metrics endpoint over the same interval, by
-	// "<cluster>/<queue name>" (queues with none left out).
-	QueueAdds map[string]float64 `json:"queueAdds,omitempty"`
+	// Queues is what each agent's work queues did over the same
+	// interval, by "<cluster>/<queue name>" (queues that did nothing left
+	// out).
+	Queues map[string]QueueStats `json:"queues,omitempty"`
 	// Profiled trials ran with the agents' CPU profilers on.
 	Profiled bool   `json:"profiled,omitempty"`
 	Error    string `json:"error,omitempty"`
@@ -211,14 +210,9 @@ func logBurst(e *env, t BurstTrial, cfg Config, err error) {
 			}
 		}
 		e.log.printf("%s: Annex writes per pod %.2f (%s); agent CPU:%s", label, annexWritesPerPod(t.Writes, t.N), writesLine(t.Writes, t.N), cpu)
-		var adds []string
-		for k, v := range t.QueueAdds {
-			if v >= float64(t.N)/10 {
-				adds = append(adds, fmt.Sprintf("%s %.2f", k, v/float64(t.N)))
-			}
+		if q := queuesShort(t.Queues, t.N); q != "" {
+			e.log.printf("%s: work queues: %s", label, q)
 		}
-		sort.Strings(adds)
-		e.log.printf("%s: work queue adds per pod: %s", label, strings.Join(adds, ", "))
 	}
 	if len(t.Stages) > 0 {
 		e.log.printf("%s: stages: %s", label, stagesLine(t.Stages))
@@ -291,7 +285,7 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 	}
 	t.QuietWaitSeconds = waited.Seconds()
 	agentCPU0 := e.agentCPU()
-	adds0 := e.queueAdds(ctx)
+	queues0 := e.markQueues(ctx)
 	cpu0 := e.markCPU()
 	start := time.Now()
 	if _, err := k.cs.AppsV1().Deployments(ns).Create(ctx, deployment(ns, name, t.N), metav1.CreateOptions{}); err != nil {
@@ -323,6 +317,7 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 		return ctx.Err()
 	case <-time.After(writesSettle):
 	}
+	t.Queues = e.queuesSince(ctx, queues0)
 	namespaces := []string{directNS}
 	if t.Mode == modeOffloaded {
 		namespaces = []string{offloadNS, remoteNS(offloadNS)}
@@ -341,14 +336,6 @@ func burstUp(ctx context.Context, e *env, t *BurstTrial, name string) error {
 	if len(cursors) > 0 {
 		if t.Stages, err = stageDelays(cursors, start, rules, namespaces); err != nil {
 			return fmt.Errorf("audit logs: %w", err)
-		}
-	}
-	if adds1 := e.queueAdds(ctx); len(adds1) > 0 {
-		t.QueueAdds = map[string]float64{}
-		for k, v := range adds1 {
-			if d := v - adds0[k]; d > 0 {
-				t.QueueAdds[k] = d
-			}
 		}
 	}
 	if agentCPU1 := e.agentCPU(); len(agentCPU0) > 0 {
@@ -413,22 +400,6 @@ func cpuDelta(from, to map[string]float64) map[string]float64 {
 // writesSettle is how long after the last pod is Ready a burst trial's
 // writes and agent CPU are still counted.
 const writesSettle = 3 * time.Second
-
-// queueAdds reads workqueue_adds_total of each agent, by "<cluster>/<queue
-// name>"; agents that cannot be scraped are left out.
-func (e *env) queueAdds(ctx context.Context) map[string]float64 {
-	out := map[string]float64{}
-	for name, a := range e.agents {
-		samples, err := scrape(ctx, a.MetricsAddr, "workqueue_adds_total")
-		if err != nil {
-			continue
-		}
-		for _, s := range samples {
-			out[name+"/"+s.Labels["name"]] += s.Value
-		}
-	}
-	return out
-}
 
 // agentCPU reads each agent's CPU-seconds, by cluster; agents that cannot be
 // read are left out.
@@ -539,6 +510,10 @@ type burstStats struct {
 	// PinCheck adds up the pinned trials' checks (nil when none ran
 	// pinned).
 	PinCheck *PinCheck
+	// Queues adds up the work queues of the trials that read them, and
+	// QueuePods their pods.
+	Queues    map[string]QueueStats
+	QueuePods int
 }
 
 // burstKey is what a burstStats summarizes.
@@ -601,6 +576,13 @@ func summarizeBursts(trials []BurstTrial) []burstStats {
 			}
 			for c, v := range sums {
 				clusters[c] = append(clusters[c], v)
+			}
+			if len(t.Queues) > 0 {
+				if out[i].Queues == nil {
+					out[i].Queues = map[string]QueueStats{}
+				}
+				addQueues(out[i].Queues, t.Queues)
+				out[i].QueuePods += t.N
 			}
 		}
 		out[i].AllReady, out[i].FirstReady, out[i].HalfReady, out[i].PPS = summarize(all), summarize(first), summarize(half), summarize(rate)

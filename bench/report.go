@@ -173,6 +173,23 @@ func renderBursts(b *strings.Builder, r *Results) {
 	renderProcessCPU(b, stats)
 	renderBurstWrites(b, r)
 	renderBurstStages(b, r)
+	renderBurstQueues(b, stats)
+}
+
+// renderBurstQueues renders the agents' work queues of the offloaded
+// bursts, added up over the trials of each N and placement.
+func renderBurstQueues(b *strings.Builder, stats []burstStats) {
+	var rows []queueRow
+	for _, s := range stats {
+		if s.Mode == modeOffloaded && len(s.Queues) > 0 {
+			rows = append(rows, queueRow{fmt.Sprintf("N=%d %s", s.N, s.Placement), s.Queues, s.QueuePods})
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("### Work queues\n\n")
+	renderQueueTable(b, "The offloaded trials of each N and placement, from the Deployment's creation until 3 s after the last pod was Ready, added up over the trials. "+queueTableIntro, rows)
 }
 
 // burstRow is the cells of one row of the burst table (see renderBursts).
@@ -430,6 +447,13 @@ func renderStreams(b *strings.Builder, r *Results) {
 				s.Mode, s.DurationSeconds, 100*s.CPUBusy, s.CPUSeconds, processCPULine(s.ProcessCPUSeconds))
 		}
 	}
+	var qrows []queueRow
+	for _, s := range r.Streams {
+		if len(s.Queues) > 0 {
+			qrows = append(qrows, queueRow{s.Mode + " stream", s.Queues, s.Created})
+		}
+	}
+	renderQueueTable(b, "Work queues while each stream sent its create calls. "+queueTableIntro, qrows)
 	var rows []stageRow
 	for _, s := range r.Streams {
 		rows = append(rows, stageRow{s.Mode, s.Stages})

@@ -60,6 +60,9 @@ type StreamRun struct {
 	CPUSeconds        float64            `json:"cpuSeconds,omitempty"`
 	CPUBusy           float64            `json:"cpuBusy,omitempty"`
 	ProcessCPUSeconds map[string]float64 `json:"processCPUSeconds,omitempty"`
+	// Queues is what each agent's work queues did over the same interval,
+	// by "<cluster>/<queue name>" (see QueueStats).
+	Queues map[string]QueueStats `json:"queues,omitempty"`
 	// CleanupSeconds is from the deletion of the pods left (once the last
 	// ones started, or streamWait passed) to no pod of the stream left on
 	// either cluster; not a result.
@@ -313,6 +316,7 @@ func streamOnce(ctx context.Context, e *env, s *StreamRun, d time.Duration) erro
 
 	n := streamCount(s.Rate, d)
 	e.log.printf("stream %-9s: %d pods at %.0f/s for %s into %s of %s", s.Mode, n, s.Rate, d, ns, k.Name())
+	queues0 := e.markQueues(ctx)
 	cpu0 := e.markCPU()
 	var creates sync.WaitGroup
 	var mu sync.Mutex
@@ -378,6 +382,7 @@ func streamOnce(ctx context.Context, e *env, s *StreamRun, d time.Duration) erro
 	s.DurationSeconds = time.Since(start).Seconds()
 	used := e.cpuSince(cpu0)
 	s.CPUSeconds, s.CPUBusy, s.ProcessCPUSeconds = used.seconds, used.busy, used.procs
+	s.Queues = e.queuesSince(ctx, queues0)
 	if s.CPUSeconds > 0 {
 		e.log.printf("stream %-9s: CPUs %.0f%% busy; CPU-seconds %s", s.Mode, 100*s.CPUBusy, processCPULine(s.ProcessCPUSeconds))
 	}

@@ -281,8 +281,12 @@ func pinnedWhy(off, dir burstStats) string {
 	if len(parts) == 0 {
 		return ""
 	}
-	return "During the pinned offloaded trials (p50, /proc/stat and /proc/<pid>/stat): " + strings.Join(parts, "; ") +
+	why := "During the pinned offloaded trials (p50, /proc/stat and /proc/<pid>/stat): " + strings.Join(parts, "; ") +
 		". A CPU near 100% is the cluster that sets the pace; the provider's CPU-seconds against the direct ones are what Annex adds there."
+	if q := queuesShort(off.Queues, off.QueuePods); q != "" {
+		why += " Annex's work queues over these trials (see Work queues): " + q + "."
+	}
+	return why
 }
 
 // cpuSaturated is the CPU busy share above which a burst counts as
@@ -404,6 +408,9 @@ func streamWhy(off, dir *StreamRun) string {
 	}
 	parts = append(parts, fmt.Sprintf("The stream sent its create calls at %.1f pods/s (%.0f asked; %d calls more than %s late) and had at most %d pods at once.",
 		off.AchievedRate, off.Rate, off.LateCreates, streamLate, off.MaxAlive))
+	if q := queuesShort(off.Queues, off.Created); q != "" {
+		parts = append(parts, "Annex's work queues while the stream sent its create calls: "+q+".")
+	}
 	if off.CPUSeconds > 0 {
 		c := fmt.Sprintf("Meanwhile the machine's CPUs were %.0f %% busy", 100*off.CPUBusy)
 		if dir != nil && dir.CPUSeconds > 0 {
