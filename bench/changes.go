@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -189,20 +190,42 @@ func changedFields(a, b *unstructured.Unstructured) []string {
 		c := u.DeepCopy()
 		unstructured.RemoveNestedField(c.Object, "metadata", "resourceVersion")
 		unstructured.RemoveNestedField(c.Object, "metadata", "managedFields")
-		conds, _, _ := unstructured.NestedSlice(c.Object, "status", "conditions")
-		for _, cond := range conds {
-			if m, ok := cond.(map[string]any); ok {
-				delete(m, "lastHeartbeatTime")
+		dropHeartbeats(c.Object)
+		// virtual-kubelet keeps the node status it last wrote in an
+		// annotation (JSON), heartbeat times included: without them it
+		// changes only when the status does.
+		if s, ok, _ := unstructured.NestedString(c.Object, "metadata", "annotations", vkLastAppliedStatus); ok {
+			var st map[string]any
+			if json.Unmarshal([]byte(s), &st) == nil {
+				dropHeartbeats(map[string]any{"status": st})
+				if j, err := json.Marshal(st); err == nil {
+					_ = unstructured.SetNestedField(c.Object, string(j), "metadata", "annotations", vkLastAppliedStatus)
+				}
 			}
-		}
-		if conds != nil {
-			_ = unstructured.SetNestedSlice(c.Object, conds, "status", "conditions")
 		}
 		return c.Object
 	}
 	var out []string
 	diffPaths("", strip(a), strip(b), 0, &out)
 	return out
+}
+
+// vkLastAppliedStatus is the annotation in which virtual-kubelet's node
+// controller keeps the node status it last wrote.
+const vkLastAppliedStatus = "virtual-kubelet.io/last-applied-node-status"
+
+// dropHeartbeats removes lastHeartbeatTime from the status.conditions of
+// obj.
+func dropHeartbeats(obj map[string]any) {
+	conds, _, _ := unstructured.NestedSlice(obj, "status", "conditions")
+	for _, cond := range conds {
+		if m, ok := cond.(map[string]any); ok {
+			delete(m, "lastHeartbeatTime")
+		}
+	}
+	if conds != nil {
+		_ = unstructured.SetNestedSlice(obj, conds, "status", "conditions")
+	}
 }
 
 // diffPaths appends to out the paths under prefix where a and b differ.

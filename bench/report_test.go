@@ -430,14 +430,20 @@ func TestWriteResultsKeepsLatest(t *testing.T) {
 
 func TestChangedFields(t *testing.T) {
 	node := func(rv, heartbeat, ready, pods string) *unstructured.Unstructured {
+		status := map[string]any{
+			"allocatable": map[string]any{"cpu": "8", "pods": pods},
+			"conditions": []any{
+				map[string]any{"type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat},
+				map[string]any{"type": "MemoryPressure", "status": "False", "lastHeartbeatTime": heartbeat},
+			}}
+		// virtual-kubelet's copy of the status it wrote (JSON, fields
+		// in its own order).
+		applied := fmt.Sprintf(`{"conditions":[{"type":"Ready","status":%q,"lastHeartbeatTime":%q},`+
+			`{"type":"MemoryPressure","status":"False","lastHeartbeatTime":%q}],"allocatable":{"pods":%q,"cpu":"8"}}`, ready, heartbeat, heartbeat, pods)
 		return &unstructured.Unstructured{Object: map[string]any{
-			"metadata": map[string]any{"name": "annex-beta", "resourceVersion": rv},
-			"status": map[string]any{
-				"allocatable": map[string]any{"cpu": "8", "pods": pods},
-				"conditions": []any{
-					map[string]any{"type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat},
-					map[string]any{"type": "MemoryPressure", "status": "False", "lastHeartbeatTime": heartbeat},
-				}},
+			"metadata": map[string]any{"name": "annex-beta", "resourceVersion": rv,
+				"annotations": map[string]any{vkLastAppliedStatus: applied}},
+			"status": status,
 		}}
 	}
 	a := node("1", "2026-01-01T00:00:00Z", "True", "110")
@@ -448,7 +454,7 @@ func TestChangedFields(t *testing.T) {
 	}{
 		{name: "heartbeat only", b: node("2", "2026-01-01T00:05:00Z", "True", "110")},
 		{name: "Ready and allocatable pods", b: node("2", "2026-01-01T00:05:00Z", "False", "100"),
-			want: []string{"status.allocatable.pods", "status.conditions[Ready].status"}},
+			want: []string{"metadata.annotations." + vkLastAppliedStatus, "status.allocatable.pods", "status.conditions[Ready].status"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, changedFields(a, tc.b)); diff != "" {
