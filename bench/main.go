@@ -358,12 +358,11 @@ func finish(r *Results, out string, l *logger) error {
 	}
 	var kept []Profile
 	for _, p := range r.Profiles {
-		key := p.Target
-		if key == "failure-"+faultDead || key == "failure-"+faultHung {
-			if !missed(r.Targets, keyDetection) && !missed(r.Targets, keyRecovery) {
-				continue
-			}
-		} else if !missed(r.Targets, key) {
+		explainsMiss := false
+		for _, t := range r.Targets {
+			explainsMiss = explainsMiss || missed(r.Targets, t.Key) && p.explains(t.Key)
+		}
+		if !explainsMiss {
 			continue
 		}
 		if err := saveProfile(&p, out, s); err != nil {

@@ -36,6 +36,23 @@ type Profile struct {
 	tmp  string
 }
 
+// explains reports whether p explains the target of key: the target it
+// was taken for; a failure trial's, detection and recovery; and the
+// profiled offloaded burst's (shared placement), the shared ratio at every
+// size and, an agent's, the agents' CPU per pod.
+func (p Profile) explains(key string) bool {
+	switch {
+	case p.Target == key:
+		return true
+	case strings.HasPrefix(p.Target, "failure-"):
+		return key == keyDetection || key == keyRecovery
+	case p.Target == keyRatio:
+		return strings.HasPrefix(key, keyRatio+"-") && !strings.HasPrefix(key, keyRatioPinned) ||
+			key == keyAgentCPU && p.Component == ""
+	}
+	return false
+}
+
 // apiServer is Profile.Component of an API server's profile.
 const apiServer = "kube-apiserver"
 

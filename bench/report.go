@@ -64,7 +64,7 @@ func markdown(r *Results, outDir string) string {
 			}
 			var profs []Profile
 			for _, pr := range r.Profiles {
-				if pr.Target == t.Key || strings.HasPrefix(pr.Target, t.Key+"-") || (t.Key == keyDetection || t.Key == keyRecovery) && strings.HasPrefix(pr.Target, "failure") {
+				if pr.explains(t.Key) {
 					if pr.Top != "" {
 						profs = append(profs, pr)
 					}

@@ -38,6 +38,25 @@ func sampleResults() *Results {
 				ProcessCPUSeconds: map[string]float64{"alpha/etcd": 0.1, "beta/kube-apiserver": s * 0.8}, PinCheck: check})
 	}
 	r.Bursts[8].Profiled = true // trial 3's offloaded run: counted like the others
+	// Annex's writes and the agents' CPU of the offloaded trials: 3 and
+	// 4.5 ms per pod shared (a trial without readings left out), 3.5 and
+	// 2.5 ms pinned.
+	annexWrites := func(perPod float64) []WriteCount {
+		return []WriteCount{
+			{Cluster: "beta", Writer: "annex-agent as annex-tenant-alpha:annex", Verb: "create", Resource: "shadowpods", Count: 1000},
+			{Cluster: "alpha", Writer: "annex-agent as annex-system:annex-agent", Verb: "update", Resource: "pods/status", Count: int(1000 * (perPod - 1))},
+			{Cluster: "alpha", Writer: "kube-scheduler as system:kube-scheduler", Verb: "create", Resource: "pods/binding", Count: 1000},
+		}
+	}
+	for i, tr := range r.Bursts {
+		switch {
+		case tr.Mode == modeOffloaded && tr.Placement == placementShared && tr.Trial < 3:
+			r.Bursts[i].Writes, r.Bursts[i].AgentCPUSeconds = annexWrites(3), map[string]float64{"alpha": 3, "beta": 1.5}
+		case tr.Mode == modeOffloaded && tr.Placement == placementPinned:
+			r.Bursts[i].Writes = annexWrites(3 + float64(tr.Trial)/2)
+			r.Bursts[i].AgentCPUSeconds = map[string]float64{"alpha": 1.5, "beta": 0.5 + float64(tr.Trial)/2}
+		}
+	}
 	for i := range 3 {
 		r.Failures = append(r.Failures,
 			FailureTrial{Fault: faultDead, Trial: i + 1, Pods: 100, DetectionSeconds: 3, RecoverySeconds: 5, APIServerReadySeconds: 2.5, RecoveryAfterAPIServerSeconds: 2.5},
@@ -102,6 +121,8 @@ func TestEvaluate(t *testing.T) {
 	want := map[string]string{
 		keyRatio:       "2.50 (27.5 s vs 11.0 s) => **no**",
 		keyRatioPinned: "1.10 (12.1 s vs 11.0 s) => yes",
+		keyAnnexWrites: "N=1000 shared 3.00, N=1000 pinned 4.00 => yes",
+		keyAgentCPU:    "N=1000 shared 4.50 ms (alpha 3.00 + beta 1.50); N=1000 pinned 3.00 ms (alpha 1.50 + beta 1.50) => **no**",
 		keyFirstReady:  "+2.50 s at N=1000 pinned (3.00 s vs 0.50 s); the largest of 2 (N, placement) pairs => **no**",
 		keyDetection:   "dead 3.00 s, hung 4.00 s => yes",
 		keyRecovery:    "dead 2.50 s, hung 1.90 s => yes",
@@ -355,7 +376,7 @@ func TestRender(t *testing.T) {
 	}
 	back := &Results{}
 	data, _ = os.ReadFile(path)
-	if err := json.Unmarshal(data, back); err != nil || len(back.Targets) != 12 || len(back.Bursts) != len(r.Bursts) {
+	if err := json.Unmarshal(data, back); err != nil || len(back.Targets) != 14 || len(back.Bursts) != len(r.Bursts) {
 		t.Errorf("rewritten JSON: %v, %d targets", err, len(back.Targets))
 	}
 }
@@ -472,5 +493,58 @@ func TestChangeSummaryFields(t *testing.T) {
 	got := annexChangeSummary([]ObjectChanges{status}, 5, func(ObjectChanges) bool { return true })
 	if want := "annex-beta ×1 (changed: status.allocatable.pods)"; !strings.Contains(got, want) {
 		t.Errorf("summary %q does not contain %q", got, want)
+	}
+}
+
+// Sizes beyond the first get ratio rows of their own once measured.
+func TestEvaluateLargerSize(t *testing.T) {
+	r := sampleResults()
+	for i, s := range []float64{50, 60, 55} {
+		r.Bursts = append(r.Bursts,
+			BurstTrial{N: 5000, Mode: modeOffloaded, Placement: placementShared, Trial: i + 1, AllReadySeconds: s * 1.5, FirstReadySeconds: 1},
+			BurstTrial{N: 5000, Mode: modeDirect, Placement: placementShared, Trial: i + 1, AllReadySeconds: s, FirstReadySeconds: 0.5})
+	}
+	got := map[string]string{}
+	for _, tr := range evaluate(r) {
+		got[tr.Key] = tr.Result + " => " + tr.met()
+	}
+	for key, want := range map[string]string{
+		keyRatio + "-5000":       "1.50 (82.5 s vs 55.0 s) => yes",
+		keyRatioPinned + "-5000": " => not measured",
+	} {
+		if got[key] != want {
+			t.Errorf("%s: got %q, want %q", key, got[key], want)
+		}
+	}
+	if _, ok := got[keyRatio+"-5000"]; ok && len(evaluate(sampleResults())) != len(got)-2 {
+		t.Errorf("want two more targets with size 5000 measured")
+	}
+}
+
+func TestProfileExplains(t *testing.T) {
+	agent := Profile{Target: keyRatio, Agent: "alpha", Kind: "cpu"}
+	server := Profile{Target: keyRatio, Agent: "beta", Component: apiServer, Kind: "cpu"}
+	failure := Profile{Target: "failure-" + faultHung, Agent: "alpha", Kind: "cpu"}
+	for _, tc := range []struct {
+		p    Profile
+		key  string
+		want bool
+	}{
+		{agent, keyRatio, true},
+		{agent, keyRatio + "-5000", true},
+		{agent, keyRatioPinned, false},
+		{agent, keyRatioPinned + "-5000", false},
+		{agent, keyAgentCPU, true},
+		{server, keyAgentCPU, false},
+		{server, keyRatio + "-5000", true},
+		{failure, keyDetection, true},
+		{failure, keyRecovery, true},
+		{failure, keyRatio, false},
+		{Profile{Target: keyStartupSLO}, keyStartupSLO, true},
+		{Profile{Target: keyStartupSLO}, keyRatio, false},
+	} {
+		if got := tc.p.explains(tc.key); got != tc.want {
+			t.Errorf("%s profile of %s/%s explains %s: got %v, want %v", tc.p.Target, tc.p.Agent, tc.p.Component, tc.key, got, tc.want)
+		}
 	}
 }
