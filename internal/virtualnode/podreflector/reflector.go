@@ -33,6 +33,9 @@ const FieldManager = "annex-virtual-node"
 type Remotes interface {
 	// Client returns a client whose every call is bounded by a timeout.
 	Client(clusterID string) (client.Client, error)
+	// Clientset is Client as a typed clientset: the reflector creates
+	// ShadowPods with its REST client (see createShadowPod).
+	Clientset(clusterID string) (kubernetes.Interface, error)
 	// RESTConfig returns a config without a call timeout, for watches.
 	RESTConfig(clusterID string) (*rest.Config, error)
 }
