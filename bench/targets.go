@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// Targets of issue #9: goals to report against, never test assertions.
+// Targets of issues #9, #20 and #21: goals to report against, never test
+// assertions.
 const (
 	targetRatio       = 2.0       // offloaded/direct time to all Ready at ratioSizes, shared placement
 	targetRatioPinned = 1.2       // the same, pinned placement (each cluster on a CPU of its own)
