@@ -58,6 +58,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -358,11 +359,7 @@ func finish(r *Results, out string, l *logger) error {
 	}
 	var kept []Profile
 	for _, p := range r.Profiles {
-		explainsMiss := false
-		for _, t := range r.Targets {
-			explainsMiss = explainsMiss || missed(r.Targets, t.Key) && p.explains(t.Key)
-		}
-		if !explainsMiss {
+		if !slices.ContainsFunc(r.Targets, func(t TargetResult) bool { return t.Met != nil && !*t.Met && p.explains(t.Key) }) {
 			continue
 		}
 		if err := saveProfile(&p, out, s); err != nil {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,12 +55,13 @@ func (q QueueStats) MeanDepth() float64 { return ratio(q.WaitSeconds, q.Seconds)
 // along.
 func (q QueueStats) BusyWorkers() float64 { return ratio(q.WorkSeconds, q.Seconds) }
 
-func (q QueueStats) plus(o QueueStats) QueueStats {
+// plus is q + k·o, field by field: k = 1 adds o, k = -1 subtracts it.
+func (q QueueStats) plus(o QueueStats, k float64) QueueStats {
 	return QueueStats{
-		Seconds: q.Seconds + o.Seconds, Adds: q.Adds + o.Adds, Retries: q.Retries + o.Retries,
-		Waits: q.Waits + o.Waits, WaitSeconds: q.WaitSeconds + o.WaitSeconds,
-		WaitsOver1s: q.WaitsOver1s + o.WaitsOver1s, WaitsOver10s: q.WaitsOver10s + o.WaitsOver10s,
-		Works: q.Works + o.Works, WorkSeconds: q.WorkSeconds + o.WorkSeconds,
+		Seconds: q.Seconds + k*o.Seconds, Adds: q.Adds + k*o.Adds, Retries: q.Retries + k*o.Retries,
+		Waits: q.Waits + k*o.Waits, WaitSeconds: q.WaitSeconds + k*o.WaitSeconds,
+		WaitsOver1s: q.WaitsOver1s + k*o.WaitsOver1s, WaitsOver10s: q.WaitsOver10s + k*o.WaitsOver10s,
+		Works: q.Works + k*o.Works, WorkSeconds: q.WorkSeconds + k*o.WorkSeconds,
 	}
 }
 
@@ -165,12 +165,8 @@ func queueDelta(from, to queueMark) map[string]QueueStats {
 		if !ok || b.Adds < a.Adds || b.Waits < a.Waits || b.Works < a.Works {
 			continue
 		}
-		d := QueueStats{
-			Seconds: secs, Adds: b.Adds - a.Adds, Retries: b.Retries - a.Retries,
-			Waits: b.Waits - a.Waits, WaitSeconds: b.WaitSeconds - a.WaitSeconds,
-			WaitsOver1s: b.WaitsOver1s - a.WaitsOver1s, WaitsOver10s: b.WaitsOver10s - a.WaitsOver10s,
-			Works: b.Works - a.Works, WorkSeconds: b.WorkSeconds - a.WorkSeconds,
-		}
+		d := b.plus(a, -1)
+		d.Seconds = secs
 		if d.Adds > 0 || d.Works > 0 {
 			out[k] = d
 		}
@@ -213,8 +209,8 @@ func queuesShort(qs map[string]QueueStats, pods int) string {
 
 // addQueues adds qs to the running sums of sum.
 func addQueues(sum map[string]QueueStats, qs map[string]QueueStats) {
-	for _, k := range slices.Sorted(maps.Keys(qs)) {
-		sum[k] = sum[k].plus(qs[k])
+	for k, q := range qs {
+		sum[k] = sum[k].plus(q, 1)
 	}
 }
 
