@@ -56,7 +56,10 @@
 // One consequence: after a restart of the agent, a pod that never got a
 // status is not known to have had a ShadowPod; if that ShadowPod was deleted
 // on the provider meanwhile, its ShadowPod is created again instead of the
-// local pod being deleted.
+// local pod being deleted. A pod that did get one knows it by its
+// Offloaded=True condition, which no status write takes back while the pod
+// has no ShadowPod (only a pending creation or a lost remote namespace
+// does).
 //
 // # Distrust of the provider
 //

@@ -116,6 +116,13 @@ func testScheme(t *testing.T) *runtime.Scheme {
 
 func newEnv(t *testing.T, pods []*corev1.Pod, spods ...*offloadingv1alpha1.ShadowPod) *env {
 	t.Helper()
+	return newEnvWith(t, nil, pods, spods...)
+}
+
+// newEnvWith is newEnv with setup called on the local clientset before
+// anything uses it (a reactor added later races the informers' calls).
+func newEnvWith(t *testing.T, setup func(*k8sfake.Clientset), pods []*corev1.Pod, spods ...*offloadingv1alpha1.ShadowPod) *env {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &env{t: t, ctx: ctx}
 	scheme := testScheme(t)
@@ -138,6 +145,9 @@ func newEnv(t *testing.T, pods []*corev1.Pod, spods ...*offloadingv1alpha1.Shado
 		}
 		return false, nil, nil
 	})
+	if setup != nil {
+		setup(e.local)
+	}
 	var remoteObjs []client.Object
 	for _, sp := range spods {
 		remoteObjs = append(remoteObjs, sp)
@@ -514,12 +524,13 @@ func TestFinalDeletionOnce(t *testing.T) {
 	web := localPod("web", "uid-web")
 	now := metav1.Now()
 	web.DeletionTimestamp, web.DeletionGracePeriodSeconds = &now, new(int64(30))
-	e := newEnv(t, []*corev1.Pod{web})
 	var deletes atomic.Int32
-	e.local.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-		deletes.Add(1)
-		return true, nil, nil
-	})
+	e := newEnvWith(t, func(c *k8sfake.Clientset) {
+		c.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			deletes.Add(1)
+			return true, nil, nil
+		})
+	}, []*corev1.Pod{web})
 	e.r.SetReachability(Reachable)
 	// No ShadowPod on the provider: the reflector confirms that with a
 	// read, then deletes the local pod for good.
@@ -583,6 +594,48 @@ func TestRemoteDeletionReflected(t *testing.T) {
 	})
 	if n := e.creates.Load(); n != 2 {
 		t.Errorf("a pod was re-created remotely (%d creations, want 2)", n)
+	}
+}
+
+// TestRemoteDeletionAfterRestart: a pod that ran on the provider, marked
+// unavailable during an outage, whose ShadowPod was deleted on the provider
+// while a new agent (no memory of the pod) waited for it to come back. Its
+// Offloaded condition is the only record that it had a ShadowPod: the status
+// written on recovery must keep it, and the pod is deleted, not offloaded
+// again.
+func TestRemoteDeletionAfterRestart(t *testing.T) {
+	pod := localPod("web", "uid-web")
+	pod.Labels[corev1alpha1.LabelRemoteUnavailable] = "true"
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.Conditions = append(pod.Status.Conditions,
+		corev1.PodCondition{Type: ConditionOffloaded, Status: corev1.ConditionTrue, Reason: "ShadowPodRunning"},
+		corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: ReasonProviderUnreachable},
+		corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionFalse, Reason: ReasonProviderUnreachable})
+	e := newEnv(t, []*corev1.Pod{pod})
+	e.r.SetReachability(Reachable)
+	e.waitSynced()
+	// The status queue may handle the pod before the remote queue does.
+	desired := e.r.desiredPod("demo/web", pod)
+	if desired == nil {
+		t.Fatal("no status to write: the pod keeps the remote-unavailable label")
+	}
+	if !wasOffloaded(desired) {
+		t.Errorf("the status written loses Offloaded=True: %+v", getPodCondition(&desired.Status, ConditionOffloaded))
+	}
+	if hasLabel(desired) {
+		t.Error("the status written keeps the remote-unavailable label")
+	}
+	e.eventually("local pod deleted", func() error {
+		if _, err := e.pod("web"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod web: %v", err)
+		}
+		return nil
+	})
+	if n := e.creates.Load(); n != 0 {
+		t.Errorf("the pod was offloaded again (%d creations)", n)
+	}
+	if ev := e.events.with("ShadowPodDeleted"); len(ev) != 1 {
+		t.Errorf("ShadowPodDeleted Events %q, want 1", ev)
 	}
 }
 

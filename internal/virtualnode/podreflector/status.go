@@ -213,14 +213,24 @@ func (r *Reflector) desiredReachable(key string, pod, out *corev1.Pod, sc Status
 		return false
 	}
 	p, ok := r.pendingFor(key, pod.UID)
-	if !ok {
-		if untouched(pod) {
-			// Its ShadowPod is being created, or was a moment ago and the
-			// informer has not caught up: the next write says where it
-			// runs. Writing "being created" first would cost every
-			// offloaded pod one more status write.
-			return false
-		}
+	switch {
+	case ok:
+	case untouched(pod):
+		// Its ShadowPod is being created, or was a moment ago and the
+		// informer has not caught up: the next write says where it runs.
+		// Writing "being created" first would cost every offloaded pod
+		// one more status write.
+		return false
+	case wasOffloaded(pod):
+		// It ran on the provider and its ShadowPod is gone: syncActive
+		// confirms that with a live read and deletes the pod. Until then
+		// it is not ready, and Offloaded stays True: after a restart of
+		// the agent that condition is the only record that the pod had a
+		// ShadowPod, and with Offloaded=False written here first
+		// syncActive would create the ShadowPod again.
+		notReadyWithout(out, pod, r.cfg.ProviderID, sc.Now)
+		return true
+	default:
 		p = pendingCreate{reason: ReasonShadowPodPending, message: fmt.Sprintf("creating the ShadowPod on provider %s", r.cfg.ProviderID)}
 	}
 	if p.failed {
@@ -231,15 +241,21 @@ func (r *Reflector) desiredReachable(key string, pod, out *corev1.Pod, sc Status
 	setPodCondition(&out.Status, &pod.Status, corev1.PodCondition{
 		Type: ConditionOffloaded, Status: corev1.ConditionFalse, Reason: p.reason, Message: p.message,
 	}, sc.Now)
+	notReadyWithout(out, pod, r.cfg.ProviderID, sc.Now)
+	return true
+}
+
+// notReadyWithout sets out's Ready and ContainersReady conditions that are
+// True to False: pod has no ShadowPod on provider.
+func notReadyWithout(out, pod *corev1.Pod, provider string, now metav1.Time) {
 	for _, t := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
 		if c := getPodCondition(&out.Status, t); c != nil && c.Status == corev1.ConditionTrue {
 			setPodCondition(&out.Status, &pod.Status, corev1.PodCondition{
 				Type: t, Status: corev1.ConditionFalse, Reason: ReasonShadowPodNotFound,
-				Message: fmt.Sprintf("the pod has no ShadowPod on provider %s", r.cfg.ProviderID),
-			}, sc.Now)
+				Message: fmt.Sprintf("the pod has no ShadowPod on provider %s", provider),
+			}, now)
 		}
 	}
-	return true
 }
 
 // untouched reports whether the reflector never wrote pod's status: it has
