@@ -72,6 +72,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -764,14 +765,19 @@ func hasAll(got, want map[string]string) bool {
 
 // SetupWithManager registers the controller "shadowpod" on mgr. It is
 // triggered by ShadowPod creation, spec changes and deletion (not by its own
-// status writes) and by every change of a pod labelled annex.dev/shadowpod,
-// which wakes the ShadowPod of the same name (a final state recorded, re-creation
-// after a deletion, and the deletion of a pod left orphaned).
+// status writes) and by the changes of a pod labelled annex.dev/shadowpod
+// that Reconcile acts on (podChangeMatters), which wake the ShadowPod of the
+// same name (a final state recorded, re-creation after a deletion, and the
+// deletion of a pod left orphaned).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	hasLabel := predicate.NewPredicateFuncs(func(o client.Object) bool {
+	podEvents := predicate.And(predicate.NewPredicateFuncs(func(o client.Object) bool {
 		_, ok := o.GetLabels()[offloadingv1alpha1.LabelShadowPod]
 		return ok
-	})
+	}), predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		old, okOld := e.ObjectOld.(*corev1.Pod)
+		pod, okNew := e.ObjectNew.(*corev1.Pod)
+		return !okOld || !okNew || podChangeMatters(old, pod)
+	}})
 	// A pod has its ShadowPod's name: its key is the ShadowPod's, whether
 	// the ShadowPod still controls it or it was orphaned.
 	byKey := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
@@ -780,8 +786,22 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("shadowpod").
 		For(&offloadingv1alpha1.ShadowPod{}, builder.WithPredicates(predicates.SpecChanged())).
-		Watches(&corev1.Pod{}, byKey, builder.WithPredicates(hasLabel))
+		Watches(&corev1.Pod{}, byKey, builder.WithPredicates(podEvents))
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).Complete(r)
+}
+
+// podChangeMatters reports whether an update from old to pod can change
+// what Reconcile does: its identity, labels, annotations, owner, deletion,
+// or a finished phase (whose status is recorded). The status changes of a
+// starting or running pod (about three per pod: scheduled, running, ready)
+// are not: each made a reconcile that wrote nothing.
+func podChangeMatters(old, pod *corev1.Pod) bool {
+	return old.UID != pod.UID ||
+		!maps.Equal(old.Labels, pod.Labels) ||
+		!maps.Equal(old.Annotations, pod.Annotations) ||
+		!apiequality.Semantic.DeepEqual(old.OwnerReferences, pod.OwnerReferences) ||
+		!old.DeletionTimestamp.Equal(pod.DeletionTimestamp) ||
+		podstatus.Finished(pod.Status.Phase)
 }
 
 // refusedByPodSecurity reports whether err is Pod Security Admission

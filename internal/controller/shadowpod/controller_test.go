@@ -831,3 +831,48 @@ func TestAdmissionsPerConsumer(t *testing.T) {
 		}
 	}
 }
+
+func TestPodChangeMatters(t *testing.T) {
+	base := func() *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "u1", Labels: map[string]string{offloadingv1alpha1.LabelShadowPod: "web"},
+				Annotations:     map[string]string{"a": "1"},
+				OwnerReferences: []metav1.OwnerReference{{Kind: "ShadowPod", Name: "web", UID: "sp1", Controller: ptr.To(true)}}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending},
+		}
+	}
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name   string
+		change func(p *corev1.Pod)
+		want   bool
+	}{
+		{"scheduled", func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+		}, false},
+		{"running and ready", func(p *corev1.Pod) {
+			p.Status.Phase, p.Status.PodIP = corev1.PodRunning, "10.0.0.1"
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		}, false},
+		{"succeeded", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }, true},
+		{"failed", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, true},
+		{"label changed", func(p *corev1.Pod) { p.Labels["app"] = "x" }, true},
+		{"annotation removed", func(p *corev1.Pod) { delete(p.Annotations, "a") }, true},
+		{"orphaned", func(p *corev1.Pod) { p.OwnerReferences = nil }, true},
+		{"being deleted", func(p *corev1.Pod) { p.DeletionTimestamp = &now }, true},
+		{"made again under the same name", func(p *corev1.Pod) { p.UID = "u2" }, true},
+	} {
+		pod := base()
+		tc.change(pod)
+		if got := podChangeMatters(base(), pod); got != tc.want {
+			t.Errorf("%s: podChangeMatters %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	finished := base()
+	finished.Status.Phase = corev1.PodSucceeded
+	later := finished.DeepCopy()
+	later.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c"}}
+	if !podChangeMatters(finished, later) {
+		t.Error("a finished pod's status change is dropped: its recorded final state would miss it")
+	}
+}
