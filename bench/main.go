@@ -262,7 +262,7 @@ func measure(ctx context.Context, l *logger, dir string, o options, cfg Config, 
 		trials, err := runFailures(ctx, e, cfg)
 		r.Failures = append(r.Failures, trials...)
 		fail(phaseFailure, err)
-		if err == nil && (missed(evaluate(r), keyDetection) || missed(evaluate(r), keyRecovery)) {
+		if err == nil && missed(evaluate(r), keyDetection, keyRecovery) {
 			for _, s := range summarizeFailures(r.Failures) {
 				if s.Detection.P99 <= targetDetection && s.RecoveryAfterAPI.P99 <= targetRecovery {
 					continue
@@ -359,7 +359,7 @@ func finish(r *Results, out string, l *logger) error {
 	}
 	var kept []Profile
 	for _, p := range r.Profiles {
-		if !slices.ContainsFunc(r.Targets, func(t TargetResult) bool { return t.Met != nil && !*t.Met && p.explains(t.Key) }) {
+		if !slices.ContainsFunc(r.Targets, func(t TargetResult) bool { return t.missed() && p.explains(t.Key) }) {
 			continue
 		}
 		if err := saveProfile(&p, out, s); err != nil {

@@ -51,7 +51,7 @@ func markdown(r *Results, outDir string) string {
 	p("\n")
 	var misses []TargetResult
 	for _, t := range r.Targets {
-		if t.Met != nil && !*t.Met {
+		if t.missed() {
 			misses = append(misses, t)
 		}
 	}

@@ -96,6 +96,9 @@ type TargetResult struct {
 	Why string `json:"why,omitempty"`
 }
 
+// missed reports whether the run measured t and missed it.
+func (t TargetResult) missed() bool { return t.Met != nil && !*t.Met }
+
 func (t TargetResult) met() string {
 	switch {
 	case t.Met == nil:

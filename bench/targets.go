@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -510,10 +511,10 @@ func annexChangeSummary(changes []ObjectChanges, n int, keep func(ObjectChanges)
 	return strings.Join(parts, "; ")
 }
 
-// missed reports whether target key was missed.
-func missed(targets []TargetResult, key string) bool {
+// missed reports whether a target of keys was missed.
+func missed(targets []TargetResult, keys ...string) bool {
 	for _, t := range targets {
-		if t.Key == key && t.Met != nil && !*t.Met {
+		if slices.Contains(keys, t.Key) && t.missed() {
 			return true
 		}
 	}
