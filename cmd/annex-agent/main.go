@@ -193,6 +193,9 @@ func run() error {
 	remoteNSOpts.Reader = mgr.GetAPIReader()
 	vnOpts.PodIPTranslator = netView.PodIP
 	sent := &heartbeat.Sent{}
+	// One record of when each consumer's heartbeat was seen, on this
+	// agent's clock, for tenantgc and fencing.
+	heard := tenantgc.NewHeard(clock.RealClock{})
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&foreigncluster.Reconciler{Client: mgr.GetClient(), Remote: remotes},
 		&credentials.Reconciler{Client: mgr.GetClient(), Remotes: remotes, Clock: clock.RealClock{},
@@ -209,8 +212,8 @@ func run() error {
 		virtualnode.NewReconciler(mgr, remotes, id.ClusterID, vnOpts),
 		&heartbeat.Reconciler{Client: mgr.GetClient(), Remotes: remotes, LocalClusterID: id.ClusterID, Clock: clock.RealClock{}, Interval: heartbeatInterval, Sent: sent},
 		&failover.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Remotes: remotes, Heartbeats: sent, Recorder: mgr.GetEventRecorder("annex-failover"), Clock: clock.RealClock{}},
-		&fencing.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-fencing"), Clock: clock.RealClock{}},
-		&tenantgc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-tenantgc"), Clock: clock.RealClock{}, GracePeriod: tenantGrace},
+		&fencing.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-fencing"), Clock: clock.RealClock{}, Heard: heard},
+		&tenantgc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-tenantgc"), Clock: clock.RealClock{}, GracePeriod: tenantGrace, Heard: heard},
 		resourceslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-resourceslice"), id.ClusterID, sliceOpts),
 	}
 	if ext, err := netip.ParsePrefix(id.ExternalCIDR); err == nil {

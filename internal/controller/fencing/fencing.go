@@ -10,14 +10,21 @@
 // so that the consumer, which releases the pods only after a longer time
 // T, never has two copies of one running.
 //
-// The fence counts from the renewTime the consumer wrote, not from when
-// this agent saw it, so neither a restart of this agent nor an outage of
-// its API server moves the deadline: a provider whose API server comes back
-// after an outage longer than F stops the pods as soon as its agent leads
-// again and reads them (an outage long enough to lose the leader election
-// costs the agent a restart, a few seconds; the consumer may delete the
-// orphaned ShadowPods first, and their pods are then stopped here all the
-// same, within the bound, not with their own grace period).
+// The fence counts from the renewTime the consumer wrote, never later than
+// when this agent first saw that renewal (tenantgc.Heard, on this agent's
+// clock): a renewTime in the past keeps its instant, so neither a restart
+// of this agent nor an outage of its API server moves the deadline (a
+// provider whose API server comes back after an outage longer than F stops
+// the pods as soon as its agent leads again and reads them; an outage long
+// enough to lose the leader election costs the agent a restart, a few
+// seconds; the consumer may delete the orphaned ShadowPods first, and their
+// pods are then stopped here all the same, within the bound, not with their
+// own grace period), and a renewTime in the future is never believed. A
+// Lease the tenant deletes does not disarm the fence: the count goes on
+// from its last renewal this agent saw (from when it first found none, if
+// it never saw one). F is the RemoteNamespace's, which the tenant writes:
+// the CRD bounds it (10 s to MaxFenceAfterSeconds) and this agent never
+// fences later than that bound, whatever the API server let through.
 // The clocks of the two clusters are assumed to agree within the fencing
 // margin (docs/failover.md).
 package fencing
@@ -47,6 +54,15 @@ import (
 	"github.com/annexhq/annex/internal/controller/tenantgc"
 )
 
+// MinFenceAfterSeconds and MaxFenceAfterSeconds bound the fence a consumer
+// may ask for: the same bounds as the RemoteNamespace CRD's
+// spec.fenceAfterSeconds (and NamespaceOffloading's spec.failover), checked
+// again here so that a CRD that lost them cannot make a fence longer.
+const (
+	MinFenceAfterSeconds = 10
+	MaxFenceAfterSeconds = 86400
+)
+
 // retry is how soon a fence that could not be read or carried out is tried
 // again: fixed, not the work queue's growing backoff, so that a provider
 // back from an outage fences within a second of answering.
@@ -62,6 +78,9 @@ type Reconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
+	// Heard records when each heartbeat was seen; shared with tenantgc.
+	// One on Clock is made when nil.
+	Heard *tenantgc.Heard
 
 	mu sync.Mutex
 	// lapses are the past lapses already fenced, by RemoteNamespace.
@@ -88,54 +107,63 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.arm(ctx, rn); err != nil {
 		return ctrl.Result{}, err
 	}
-	if rn.Spec.FenceAfterSeconds == nil || rn.Status.Phase != offloadingv1alpha1.RemoteNamespaceReady {
+	f := FenceAfter(rn)
+	if f == nil || rn.Status.Phase != offloadingv1alpha1.RemoteNamespaceReady {
 		return ctrl.Result{}, nil
 	}
-	fenceAfter := time.Duration(*rn.Spec.FenceAfterSeconds) * time.Second
+	fenceAfter := time.Duration(*f) * time.Second
 	lease := &coordinationv1.Lease{}
 	key := client.ObjectKey{Namespace: rn.Namespace, Name: corev1alpha1.HeartbeatLeaseName}
 	if err := r.Client.Get(ctx, key, lease); err != nil {
-		// No heartbeat yet: nothing was ever promised to be renewed. Its
-		// creation queues this again.
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		// No heartbeat (never made, or deleted by the tenant): the count
+		// goes on from the last renewal this agent saw, or from when it
+		// first found none. Its creation queues this again.
+		lease = nil
 	}
 	now := r.Clock.Now()
-	if cutoff, lapse, ok := PastLapse(lease, fenceAfter); ok && r.unhandled(req.NamespacedName, lapse) {
-		// A lapse longer than the fence that this agent did not see (it or
-		// its API server was down): fence now what existed when it fell.
-		stopped, err := r.fence(ctx, rn.Spec.RemoteNamespace, consumer, cutoff)
-		if err != nil {
-			log.Info("Fence of a past lapse not carried out yet, retrying", "error", err.Error())
-			return ctrl.Result{RequeueAfter: retry}, nil
-		}
-		r.handled(req.NamespacedName, lapse)
-		if stopped > 0 {
-			log.Info("Consumer's heartbeat lapsed for longer than the fence while this agent could not act, stopped its pods", "lapse", lapse, "fenceAfter", fenceAfter, "pods", stopped)
-			r.Recorder.Eventf(rn, nil, corev1.EventTypeWarning, "Fenced", "Fence",
-				"consumer %s's heartbeat lapsed (%s) for longer than the fence (%s) while this provider could not act: stopped %d of its pod(s) in namespace %s",
-				consumer, lapse, fenceAfter, stopped, rn.Spec.RemoteNamespace)
+	if lease != nil {
+		if cutoff, lapse, ok := PastLapse(lease, fenceAfter); ok && r.unhandled(req.NamespacedName, lapse) {
+			// A lapse longer than the fence that this agent did not see (it or
+			// its API server was down): fence now what existed when it fell.
+			stopped, err := r.fence(ctx, rn.Spec.RemoteNamespace, consumer, cutoff)
+			if err != nil {
+				log.Info("Fence of a past lapse not carried out yet, retrying", "error", err.Error())
+				return ctrl.Result{RequeueAfter: retry}, nil
+			}
+			r.handled(req.NamespacedName, lapse)
+			if stopped > 0 {
+				log.Info("Consumer's heartbeat lapsed for longer than the fence while this agent could not act, stopped its pods", "lapse", lapse, "fenceAfter", fenceAfter, "pods", stopped)
+				r.Recorder.Eventf(rn, nil, corev1.EventTypeWarning, "Fenced", "Fence",
+					"consumer %s's heartbeat lapsed (%s) for longer than the fence (%s) while this provider could not act: stopped %d of its pod(s) in namespace %s",
+					consumer, lapse, fenceAfter, stopped, rn.Spec.RemoteNamespace)
+			}
 		}
 	}
-	if deadline := Deadline(lease, fenceAfter); now.Before(deadline) {
+	if deadline := r.lastHeardFor(rn, key, lease).Add(fenceAfter); now.Before(deadline) {
 		return ctrl.Result{RequeueAfter: deadline.Sub(now) + 100*time.Millisecond}, nil
 	}
 	// The cache says the heartbeat is stale: the API server may know a
 	// renewal the cache has not seen yet.
-	if err := r.APIReader.Get(ctx, key, lease); err != nil {
-		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, nil
+	live := &coordinationv1.Lease{}
+	if err := r.APIReader.Get(ctx, key, live); err != nil {
+		if !apierrors.IsNotFound(err) {
+			log.V(1).Info("Cannot confirm a stale heartbeat, retrying", "error", err.Error())
+			return ctrl.Result{RequeueAfter: retry}, nil
 		}
-		log.V(1).Info("Cannot confirm a stale heartbeat, retrying", "error", err.Error())
-		return ctrl.Result{RequeueAfter: retry}, nil
+		live = nil
 	}
-	deadline := Deadline(lease, fenceAfter)
+	last := r.lastHeardFor(rn, key, live)
+	deadline := last.Add(fenceAfter)
 	if now.Before(deadline) {
 		return ctrl.Result{RequeueAfter: deadline.Sub(now) + 100*time.Millisecond}, nil
 	}
 	// ShadowPods made after the deadline come from a consumer heard again;
 	// a released heartbeat (the consumer unpeered) has no such thing.
 	cutoff := deadline
-	if tenantgc.Released(lease) {
+	if live != nil && tenantgc.Released(live) {
 		cutoff = now
 	}
 	stopped, err := r.fence(ctx, rn.Spec.RemoteNamespace, consumer, cutoff)
@@ -144,7 +172,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: retry}, nil
 	}
 	if stopped > 0 {
-		silent := now.Sub(lease.Spec.RenewTime.Time).Round(time.Second)
+		silent := now.Sub(last).Round(time.Second)
 		log.Info("Consumer's heartbeat is older than the fence, stopped its pods", "silentFor", silent, "fenceAfter", fenceAfter, "pods", stopped)
 		r.Recorder.Eventf(rn, nil, corev1.EventTypeWarning, "Fenced", "Fence",
 			"consumer %s has not renewed its heartbeat for %s (fence after %s): stopped %d of its pod(s) in namespace %s; it may replace them elsewhere",
@@ -153,15 +181,49 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{}, nil
 }
 
-// Deadline is when the fence of a heartbeat lease falls: fenceAfter after
-// its last renewal (after its creation if it was never renewed). A
-// released heartbeat (a graceful unpeer) is renewed at the epoch: its fence
-// has long fallen.
-func Deadline(lease *coordinationv1.Lease, fenceAfter time.Duration) time.Time {
-	if lease.Spec.RenewTime == nil {
-		return lease.CreationTimestamp.Add(fenceAfter)
+// lastHeard is when the consumer of the heartbeat Lease key (lease, nil
+// when there is none) was last heard, on this agent's clock
+// (tenantgc.Heard): its last renewal (its creation if it was never
+// renewed), never later than when this agent first saw it. A released
+// heartbeat (a graceful unpeer) is renewed at the epoch: its fence has long
+// fallen.
+func (r *Reconciler) lastHeard(key client.ObjectKey, lease *coordinationv1.Lease) time.Time {
+	if lease == nil {
+		return r.heard().Missing(key)
 	}
-	return lease.Spec.RenewTime.Add(fenceAfter)
+	return r.heard().Observe(lease).Last
+}
+
+// lastHeardFor is lastHeard for rn: without a Lease, never before rn was
+// made (a tenant namespace made again for a new peering does not inherit
+// the silence of the previous one's Lease).
+func (r *Reconciler) lastHeardFor(rn *offloadingv1alpha1.RemoteNamespace, key client.ObjectKey, lease *coordinationv1.Lease) time.Time {
+	last := r.lastHeard(key, lease)
+	if lease == nil && rn.CreationTimestamp.After(last) {
+		return rn.CreationTimestamp.Time
+	}
+	return last
+}
+
+func (r *Reconciler) heard() *tenantgc.Heard {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.Heard == nil {
+		r.Heard = tenantgc.NewHeard(r.Clock)
+	}
+	return r.Heard
+}
+
+// FenceAfter is the fence this agent arms and carries out for rn, in
+// seconds (nil: none): what the consumer asks for, within
+// MinFenceAfterSeconds and MaxFenceAfterSeconds. A request outside them
+// (which the CRD refuses) is armed at the bound, which the consumer does
+// not take for its own value: it does not release the pods.
+func FenceAfter(rn *offloadingv1alpha1.RemoteNamespace) *int32 {
+	if rn.Spec.FenceAfterSeconds == nil {
+		return nil
+	}
+	return ptr.To(min(max(*rn.Spec.FenceAfterSeconds, MinFenceAfterSeconds), MaxFenceAfterSeconds))
 }
 
 // PastLapse reads the last lapse the consumer recorded on its heartbeat
@@ -196,7 +258,7 @@ func (r *Reconciler) handled(key client.ObjectKey, lapse string) {
 
 // arm records in rn's status the fence this agent carries out for it.
 func (r *Reconciler) arm(ctx context.Context, rn *offloadingv1alpha1.RemoteNamespace) error {
-	want := rn.Spec.FenceAfterSeconds
+	want := FenceAfter(rn)
 	if ptr.Equal(want, rn.Status.FenceAfterSeconds) {
 		return nil
 	}
@@ -293,6 +355,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byLease := func(ctx context.Context, o client.Object) []reconcile.Request {
 		if o.GetName() != corev1alpha1.HeartbeatLeaseName || !replicator.InTenantNamespace(o) {
 			return nil
+		}
+		if lease, ok := o.(*coordinationv1.Lease); ok {
+			// Stamped as the informer delivers it (the first sight counts;
+			// tenantgc, sharing Heard, stamps it too).
+			r.heard().Observe(lease)
 		}
 		list := &offloadingv1alpha1.RemoteNamespaceList{}
 		if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace())); err != nil {

@@ -236,11 +236,11 @@ func TestReconcile(t *testing.T) {
 			objs:      append(workload(), heartbeat(now.Add(-10*time.Second))),
 			wantArmed: ptr.To[int32](fence), wantRequeue: 20*time.Second + 100*time.Millisecond,
 			wantPods: all, wantSPs: all},
-		{name: "no heartbeat yet: armed, nothing stopped",
+		{name: "no heartbeat yet: armed, nothing stopped, counted from now (when this agent first found none)",
 			rn:        replica(ptr.To[int32](fence)),
 			objs:      workload(),
-			wantArmed: ptr.To[int32](fence),
-			wantPods:  all, wantSPs: all},
+			wantArmed: ptr.To[int32](fence), wantRequeue: fenceAfter + 100*time.Millisecond,
+			wantPods: all, wantSPs: all},
 		{name: "remote namespace not Ready yet: armed, nothing stopped",
 			rn: func() *offloadingv1alpha1.RemoteNamespace {
 				rn := replica(ptr.To[int32](fence))
@@ -435,8 +435,8 @@ func TestReconcileConfirmsWithTheAPIServer(t *testing.T) {
 		{name: "the API server knows a fresh renewal: nothing stopped, back at its deadline",
 			cached: heartbeat(now.Add(-time.Minute)), live: heartbeat(now.Add(-5 * time.Second)),
 			wantRequeue: 25*time.Second + 100*time.Millisecond},
-		{name: "the API server knows no heartbeat: nothing stopped",
-			cached: heartbeat(now.Add(-time.Minute))},
+		{name: "the API server knows no heartbeat (the tenant deleted it): fenced all the same, from the last renewal seen",
+			cached: heartbeat(now.Add(-time.Minute)), wantStopped: true},
 		{name: "the API server agrees: fenced",
 			cached: heartbeat(now.Add(-time.Minute)), live: heartbeat(now.Add(-time.Minute)),
 			wantStopped: true},
@@ -506,29 +506,6 @@ func TestReconcileRetriesWhileTheAPIServerFails(t *testing.T) {
 			}
 			if diff := cmp.Diff([]string{"web-0"}, podNames(t, base)); diff != "" {
 				t.Errorf("pods left (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func TestDeadline(t *testing.T) {
-	created := now.Add(-time.Hour)
-	for _, tc := range []struct {
-		name    string
-		renewed *time.Time
-		want    time.Time
-	}{
-		{name: "renewed", renewed: ptr.To(now.Add(-time.Minute)), want: now.Add(-time.Minute + 30*time.Second)},
-		{name: "never renewed: from its creation", want: created.Add(30 * time.Second)},
-		{name: "released: long fallen", renewed: ptr.To(time.Unix(corev1alpha1.HeartbeatReleasedUnix, 0)), want: time.Unix(30, 0)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)}}
-			if tc.renewed != nil {
-				l.Spec.RenewTime = &metav1.MicroTime{Time: *tc.renewed}
-			}
-			if got := Deadline(l, 30*time.Second); !got.Equal(tc.want) {
-				t.Errorf("Deadline = %s, want %s", got, tc.want)
 			}
 		})
 	}

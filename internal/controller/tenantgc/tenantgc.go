@@ -20,10 +20,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -41,6 +43,12 @@ import (
 // for every consumer. A provider back from a long outage thus gives each
 // consumer a full grace period to be heard again instead of removing every
 // tenant at once.
+//
+// When the consumer was last heard is Heard's word: the renewTime it wrote
+// on its Lease, never later than when this agent saw that renewal, so a
+// tenant cannot keep its namespaces past the grace period by writing a
+// renewTime in the future (nor by anything else on its Lease: no other
+// field is read).
 type Reconciler struct {
 	// Client reads from the manager's cache and deletes.
 	Client client.Client
@@ -52,6 +60,9 @@ type Reconciler struct {
 	Clock     clock.PassiveClock
 	// GracePeriod is how long a consumer may stay silent.
 	GracePeriod time.Duration
+	// Heard records when each heartbeat was seen; shared with fencing.
+	// One on Clock is made when nil.
+	Heard *Heard
 
 	mu sync.Mutex
 	// answering is when the API server was last seen to start answering
@@ -135,6 +146,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 	}
+	r.heard().Forget(ns.Name)
 	if !both {
 		if err := r.deleteLinks(ctx, consumer); err != nil {
 			return ctrl.Result{}, err
@@ -162,9 +174,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // lastHeard is when the consumer that owns tenant namespace ns was last
-// heard of, read through reader: its heartbeat Lease's renewal, or the
-// namespace's creation when it has none, and never before the API server
-// started answering this agent.
+// heard of, read through reader: its heartbeat Lease's renewal as Heard
+// judges it (never later than this agent saw it), or the namespace's
+// creation when it has none, and never before the API server started
+// answering this agent. A renewTime too far ahead of this clock is reported
+// once (Warning Event HeartbeatRenewTimeAhead on the Lease).
 func (r *Reconciler) lastHeard(ctx context.Context, reader client.Reader, ns *corev1.Namespace, consumer string) (time.Time, error) {
 	last := ns.CreationTimestamp.Time
 	lease := &coordinationv1.Lease{}
@@ -174,7 +188,15 @@ func (r *Reconciler) lastHeard(ctx context.Context, reader client.Reader, ns *co
 		// whatever the agent's own start or outages.
 		return lease.Spec.RenewTime.Time, nil
 	case err == nil && lease.Spec.RenewTime != nil && !lease.CreationTimestamp.Before(&ns.CreationTimestamp):
-		last = lease.Spec.RenewTime.Time
+		o, report := r.heard().report(lease)
+		last = o.Last
+		if report {
+			ctrl.LoggerFrom(ctx).Info("consumer's heartbeat renewTime is ahead of this provider's clock: not believed, counted from when it was seen",
+				"consumer", consumer, "renewTime", lease.Spec.RenewTime.Time, "ahead", o.Ahead.Round(time.Second), "heard", o.Last)
+			r.Recorder.Eventf(lease, nil, corev1.EventTypeWarning, "HeartbeatRenewTimeAhead", "JudgeHeartbeat",
+				"consumer %s wrote renewTime %s on its heartbeat Lease, %s ahead of this provider's clock: not believed; its silence counts from when this provider saw the renewal (%s), by its own clock",
+				consumer, lease.Spec.RenewTime.UTC().Format(time.RFC3339), o.Ahead.Round(time.Second), o.Last.UTC().Format(time.RFC3339))
+		}
 	case err == nil && lease.Spec.RenewTime != nil:
 		// A Lease older than its namespace is the heartbeat of an earlier
 		// tenant namespace of the same name, still in the cache: a peering
@@ -191,6 +213,16 @@ func (r *Reconciler) lastHeard(ctx context.Context, reader client.Reader, ns *co
 		last = r.answering
 	}
 	return last, nil
+}
+
+// heard returns the shared record of heartbeats, made on first use.
+func (r *Reconciler) heard() *Heard {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.Heard == nil {
+		r.Heard = NewHeard(r.Clock)
+	}
+	return r.Heard
 }
 
 // Released reports whether lease is a released heartbeat (renewed at
@@ -263,14 +295,45 @@ func isTenant(o client.Object) bool {
 	return l[corev1alpha1.LabelTenant] == "true" && l[corev1alpha1.LabelManagedBy] == corev1alpha1.ManagedByAnnex
 }
 
+// leaseHandler queues the tenant namespace of every heartbeat Lease event
+// and stamps every renewal on this agent's clock as its informer delivers
+// it, before anything is queued: the instant it was heard.
+func (r *Reconciler) leaseHandler() handler.Funcs {
+	toNamespace := func(o client.Object) (reconcile.Request, bool) {
+		if o.GetName() != corev1alpha1.HeartbeatLeaseName {
+			return reconcile.Request{}, false
+		}
+		return reconcile.Request{NamespacedName: client.ObjectKey{Name: o.GetNamespace()}}, true
+	}
+	heard := r.heard()
+	onLease := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], observe bool) {
+		req, ok := toNamespace(o)
+		if !ok {
+			return
+		}
+		if lease, isLease := o.(*coordinationv1.Lease); isLease && observe {
+			heard.Observe(lease)
+		}
+		q.Add(req)
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			onLease(e.Object, q, true)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			onLease(e.ObjectNew, q, true)
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			onLease(e.Object, q, false)
+		},
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			onLease(e.Object, q, false)
+		},
+	}
+}
+
 // SetupWithManager watches tenant namespaces and their heartbeat Leases.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	toNamespace := func(_ context.Context, o client.Object) []reconcile.Request {
-		if o.GetName() != corev1alpha1.HeartbeatLeaseName {
-			return nil
-		}
-		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.GetNamespace()}}}
-	}
 	r.mu.Lock()
 	r.answering = r.Clock.Now() // the agent's start restarts every count
 	r.mu.Unlock()
@@ -281,6 +344,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("tenantgc").
 		For(&corev1.Namespace{}, builder.WithPredicates(predicate.NewPredicateFuncs(isTenant))).
-		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(toNamespace)).
+		Watches(&coordinationv1.Lease{}, r.leaseHandler()).
 		Complete(r)
 }
