@@ -23,9 +23,11 @@
 // until it does: a wrong address is worse than a late one.
 //
 // NodeAddresses and CheckLink serve the refusal of a peer's CIDR claims
-// that are not private ranges or that cover this cluster's Services or
-// nodes (network.CheckPeerCIDR), for the agent's gateway configuration and
-// `annexctl network connect` alike.
+// that are not private ranges, cover this cluster's Services or nodes
+// (network.CheckPeerCIDR), differ from the ones agreed when the link was
+// made (AnnotationAgreedRemoteCIDRs) or would route this cluster's own pod
+// or external CIDR into the peer (network.CheckOwn), for the agent's
+// gateway configuration, its pod IPs and `annexctl network connect` alike.
 //
 // View reads only the cache (NetworkConfigurations, ForeignClusters and
 // Pods), never the API server.
@@ -33,6 +35,7 @@ package netview
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -78,7 +81,9 @@ func (v *View) link(ctx context.Context, clusterID string) (*networkingv1alpha1.
 // this cluster's view, or says why it must not be published (it implements
 // podreflector.PodIPTranslator):
 //
-//   - with a network link, ip must be in the provider's pod CIDR
+//   - with a network link whose CIDR claims pass CheckLink (private
+//     ranges, as agreed when the link was made, routed clear of this
+//     cluster's own ranges), ip must be in the provider's pod CIDR
 //     (spec.remote.podCIDR) and is translated into this cluster's view of it
 //     (status.remappedRemote.podCIDR when remapped): an address a pod of the
 //     provider cannot have is refused. Until the link says how it maps the
@@ -109,6 +114,9 @@ func (v *View) PodIP(provider, ip string) (string, error) {
 	}
 	if nc.Status.RemappedRemote == nil {
 		return "", fmt.Errorf("cannot be checked yet: the network link with %s does not say how this cluster sees its pod CIDR %s", provider, nc.Spec.Remote.PodCIDR)
+	}
+	if err := CheckLink(nc, network.LocalRanges{Own: v.localRanges}); err != nil {
+		return "", fmt.Errorf("comes through the network link with %s, whose CIDR claims this cluster refuses: %w", provider, err)
 	}
 	m, err := network.ParseMapping(nc.Spec.Remote.PodCIDR, nc.Status.RemappedRemote.PodCIDR)
 	if err != nil {
@@ -283,42 +291,99 @@ func NodeAddresses(nodes []corev1.Node) []network.NodeAddress {
 	return out
 }
 
+// AnnotationAgreedRemoteCIDRs, on a NetworkConfiguration, records the
+// peer's CIDRs agreed when the link was made: `annexctl network connect`
+// writes it (JSON of networkingv1alpha1.ClusterCIDRs) when it first
+// records the link, from the peer's identity at that time, and keeps it
+// while the link exists. It is the peering's word on what the peer's ranges
+// are: a later claim (spec.remote) that differs is refused
+// (network.RuleAgreedRange) by connect and by the agent alike. Deleting the
+// link (`annexctl network disconnect`) forgets it; the next connect agrees
+// anew.
+const AnnotationAgreedRemoteCIDRs = "annex.dev/agreed-remote-cidrs"
+
+// AgreedAnnotation is the AnnotationAgreedRemoteCIDRs value for cidrs.
+func AgreedAnnotation(cidrs networkingv1alpha1.ClusterCIDRs) string {
+	data, _ := json.Marshal(cidrs)
+	return string(data)
+}
+
+// AgreedRemote returns the peer's CIDRs agreed for nc; ok is false when nc
+// records no agreement (a link made before agreements were recorded). An
+// annotation that does not parse is an error.
+func AgreedRemote(nc *networkingv1alpha1.NetworkConfiguration) (cidrs networkingv1alpha1.ClusterCIDRs, ok bool, err error) {
+	v, ok := nc.Annotations[AnnotationAgreedRemoteCIDRs]
+	if !ok {
+		return cidrs, false, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cidrs); err != nil || dec.More() {
+		return cidrs, true, fmt.Errorf("annotation %s %q is not the JSON of the agreed CIDRs", AnnotationAgreedRemoteCIDRs, v)
+	}
+	return cidrs, true, nil
+}
+
 // CheckLink applies the rules of network.CheckPeerCIDR to the CIDRs a
-// peer claims in nc (spec.remote), and those of network.CheckView to the
-// ranges this cluster remapped them to (status.remappedRemote). An error
-// (a *network.ClaimError, or a parse error) means the link must not be
-// programmed.
+// peer claims in nc (spec.remote), and those of network.CheckView and
+// network.CheckOwn to the ranges this cluster routes into the peer (each
+// CIDR as status.remappedRemote says this cluster sees it). Claims must also
+// be those agreed when the link was made (network.CheckAgreed, annotation
+// AnnotationAgreedRemoteCIDRs; a link without it is not checked by that
+// rule). An error (a *network.ClaimError, or a parse error) means the link
+// must not be programmed.
 func CheckLink(nc *networkingv1alpha1.NetworkConfiguration, local network.LocalRanges) error {
-	for _, f := range []struct{ field, cidr string }{
-		{"spec.remote.podCIDR", nc.Spec.Remote.PodCIDR},
-		{"spec.remote.externalCIDR", nc.Spec.Remote.ExternalCIDR},
+	agreed, hasAgreement, err := AgreedRemote(nc)
+	if err != nil {
+		return &network.ClaimError{Rule: network.RuleAgreedRange, Field: "metadata.annotations", What: err.Error()}
+	}
+	var remapped networkingv1alpha1.RemappedCIDRs
+	if nc.Status.RemappedRemote != nil {
+		remapped = *nc.Status.RemappedRemote
+	}
+	for _, f := range []struct{ field, cidr, agreed, remappedField, remapped string }{
+		{"spec.remote.podCIDR", nc.Spec.Remote.PodCIDR, agreed.PodCIDR, "status.remappedRemote.podCIDR", remapped.PodCIDR},
+		{"spec.remote.externalCIDR", nc.Spec.Remote.ExternalCIDR, agreed.ExternalCIDR, "status.remappedRemote.externalCIDR", remapped.ExternalCIDR},
 	} {
 		if f.cidr == "" {
+			if hasAgreement && f.agreed != "" {
+				return &network.ClaimError{Rule: network.RuleAgreedRange, Field: f.field,
+					What: "is empty, not the " + f.agreed + " agreed when the link was made"}
+			}
 			continue
 		}
 		p, err := network.ParseCIDR(f.cidr)
 		if err != nil {
 			return fmt.Errorf("%s: %w", f.field, err)
 		}
+		if hasAgreement {
+			a, err := netip.ParsePrefix(f.agreed)
+			if err != nil {
+				return &network.ClaimError{Rule: network.RuleAgreedRange, Field: f.field, CIDR: p,
+					What: fmt.Sprintf("has no agreed CIDR to compare with (annotation %s says %q)", AnnotationAgreedRemoteCIDRs, f.agreed)}
+			}
+			if err := network.CheckAgreed(f.field, p, a); err != nil {
+				return err
+			}
+		}
 		if err := network.CheckPeerCIDR(f.field, p, local); err != nil {
 			return err
 		}
-	}
-	if r := nc.Status.RemappedRemote; r != nil {
-		for _, f := range []struct{ field, cidr string }{
-			{"status.remappedRemote.podCIDR", r.PodCIDR},
-			{"status.remappedRemote.externalCIDR", r.ExternalCIDR},
-		} {
-			if f.cidr == "" {
-				continue
+		if nc.Status.RemappedRemote == nil {
+			continue // not decided yet: nothing is routed
+		}
+		field, view := f.field, p
+		if f.remapped != "" {
+			if view, err = network.ParseCIDR(f.remapped); err != nil {
+				return fmt.Errorf("%s: %w", f.remappedField, err)
 			}
-			p, err := network.ParseCIDR(f.cidr)
-			if err != nil {
-				return fmt.Errorf("%s: %w", f.field, err)
-			}
-			if err := network.CheckView(f.field, p, local); err != nil {
+			field = f.remappedField
+			if err := network.CheckView(field, view, local); err != nil {
 				return err
 			}
+		}
+		if err := network.CheckOwn(field, view, local); err != nil {
+			return err
 		}
 	}
 	return nil

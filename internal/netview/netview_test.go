@@ -75,7 +75,23 @@ func TestPodIP(t *testing.T) {
 			Local:  networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.200.0.0/16", ExternalCIDR: "10.70.0.0/16"},
 			Remote: networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.202.0.0/16", ExternalCIDR: "10.72.0.0/16"}},
 	}
-	v := world(t, pending)
+	// Links whose claims are refused (CheckLink): no pod IP comes through them.
+	changed := &networkingv1alpha1.NetworkConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.AgentNamespace, Name: "zeta",
+			Annotations: map[string]string{AnnotationAgreedRemoteCIDRs: `{"podCIDR":"10.203.0.0/16","externalCIDR":"10.73.0.0/16"}`}},
+		Spec: networkingv1alpha1.NetworkConfigurationSpec{RemoteClusterID: "zeta",
+			Local:  networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.200.0.0/16", ExternalCIDR: "10.70.0.0/16"},
+			Remote: networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.204.0.0/16", ExternalCIDR: "10.73.0.0/16"}},
+		Status: networkingv1alpha1.NetworkConfigurationStatus{RemappedRemote: &networkingv1alpha1.RemappedCIDRs{}},
+	}
+	covering := &networkingv1alpha1.NetworkConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.AgentNamespace, Name: "eta"},
+		Spec: networkingv1alpha1.NetworkConfigurationSpec{RemoteClusterID: "eta",
+			Local:  networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.200.0.0/16", ExternalCIDR: "10.70.0.0/16"},
+			Remote: networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.192.0.0/11", ExternalCIDR: "10.74.0.0/16"}},
+		Status: networkingv1alpha1.NetworkConfigurationStatus{RemappedRemote: &networkingv1alpha1.RemappedCIDRs{}},
+	}
+	v := world(t, pending, changed, covering)
 	v.SetLocalRanges(netip.MustParsePrefix("10.200.0.0/16"), netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("10.70.0.0/16"))
 	tests := []struct {
 		name, provider, ip string
@@ -92,6 +108,10 @@ func TestPodIP(t *testing.T) {
 		{"no link, in the local pod CIDR", "delta", "10.200.3.4", "", "is in this cluster's own range 10.200.0.0/16 and there is no network link with delta"},
 		{"no link, in the local service CIDR", "delta", "10.96.0.1", "", "is in this cluster's own range 10.96.0.0/12"},
 		{"not an IP", "gamma", "not-an-ip", "", "is not an IP address"},
+		{"a link whose claim changed after it was agreed", "zeta", "10.204.0.1", "",
+			"comes through the network link with zeta, whose CIDR claims this cluster refuses: annex-network-agreed-range: spec.remote.podCIDR 10.204.0.0/16 is not the 10.203.0.0/16 agreed"},
+		{"a link routing this cluster's own pod CIDR into the provider", "eta", "10.201.0.1", "",
+			"comes through the network link with eta, whose CIDR claims this cluster refuses: annex-network-own-range: spec.remote.podCIDR 10.192.0.0/11 overlaps this cluster's own range 10.200.0.0/16"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

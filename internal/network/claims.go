@@ -21,6 +21,15 @@ const (
 	// nodes (its pods' traffic to nodes, kubelets and the API server would
 	// be captured).
 	RuleNodeAddress = "annex-network-node-address"
+	// RuleOwnRange: a range this cluster routes into a peer (the peer's
+	// CIDR as this cluster sees it) does not overlap this cluster's own
+	// pod or external CIDR (its pods' traffic to each other, or to
+	// transit addresses, would be captured).
+	RuleOwnRange = "annex-network-own-range"
+	// RuleAgreedRange: a peer's CIDR is the one agreed when the link was
+	// made (AgreedCIDRs, recorded by `annexctl network connect`); a claim
+	// that changed afterwards is not the peering's.
+	RuleAgreedRange = "annex-network-agreed-range"
 )
 
 // PrivateRanges are the ranges a peer may claim its pod and external
@@ -50,6 +59,9 @@ type LocalRanges struct {
 	ServiceCIDR netip.Prefix
 	// Nodes are the addresses of this cluster's nodes.
 	Nodes []NodeAddress
+	// Own are this cluster's own pod and external CIDRs (CheckOwn): what it
+	// routes into a peer must not overlap them. Empty: not checked.
+	Own []netip.Prefix
 }
 
 // ClaimError is a refused CIDR: Rule says which rule refused it.
@@ -61,6 +73,9 @@ type ClaimError struct {
 }
 
 func (e *ClaimError) Error() string {
+	if !e.CIDR.IsValid() {
+		return fmt.Sprintf("%s: %s %s", e.Rule, e.Field, e.What)
+	}
 	return fmt.Sprintf("%s: %s %s %s", e.Rule, e.Field, e.CIDR, e.What)
 }
 
@@ -106,4 +121,30 @@ func CheckView(field string, p netip.Prefix, local LocalRanges) error {
 		}
 	}
 	return nil
+}
+
+// CheckOwn checks a range this cluster routes into a peer, in its own view
+// (the peer's CIDR, or the range this cluster remapped it to): it must not
+// overlap local.Own. A peer's original CIDR may overlap them when it is
+// remapped; the range routed may not. The error is a *ClaimError.
+func CheckOwn(field string, p netip.Prefix, local LocalRanges) error {
+	for _, own := range local.Own {
+		if own.IsValid() && p.Overlaps(own) {
+			return &ClaimError{Rule: RuleOwnRange, Field: field, CIDR: p,
+				What: "overlaps this cluster's own range " + own.String() + " (it would route it into the peer)"}
+		}
+	}
+	return nil
+}
+
+// CheckAgreed checks a peer's CIDR claim against the one agreed when the
+// link was made: they must be the same CIDR. An invalid agreed prefix means
+// nothing was agreed for this field and passes. The error is a
+// *ClaimError.
+func CheckAgreed(field string, claimed, agreed netip.Prefix) error {
+	if !agreed.IsValid() || claimed.Masked() == agreed.Masked() {
+		return nil
+	}
+	return &ClaimError{Rule: RuleAgreedRange, Field: field, CIDR: claimed,
+		What: "is not the " + agreed.String() + " agreed when the link was made (run `annexctl network disconnect` and connect again to agree on new ranges)"}
 }

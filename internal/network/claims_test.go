@@ -79,3 +79,76 @@ func TestCheckView(t *testing.T) {
 		t.Errorf("CheckView = %v, want %s", err, want)
 	}
 }
+
+func TestCheckOwn(t *testing.T) {
+	local := LocalRanges{Own: []netip.Prefix{netip.MustParsePrefix("10.200.0.0/16"), netip.MustParsePrefix("10.70.0.0/16")}}
+	tests := []struct {
+		name, cidr string
+		local      *LocalRanges // nil: local
+		want       string       // the error; empty: accepted
+	}{
+		{name: "a peer's own range", cidr: "10.201.0.0/16"},
+		{name: "a remapped range", cidr: "100.64.0.0/16"},
+		{name: "the consumer's pod CIDR", cidr: "10.200.0.0/16",
+			want: "annex-network-own-range: status.remappedRemote.podCIDR 10.200.0.0/16 overlaps this cluster's own range 10.200.0.0/16 (it would route it into the peer)"},
+		{name: "inside the external CIDR", cidr: "10.70.3.0/24",
+			want: "annex-network-own-range: status.remappedRemote.podCIDR 10.70.3.0/24 overlaps this cluster's own range 10.70.0.0/16 (it would route it into the peer)"},
+		{name: "all of 10/8 covers them", cidr: "10.0.0.0/8",
+			want: "annex-network-own-range: status.remappedRemote.podCIDR 10.0.0.0/8 overlaps this cluster's own range 10.200.0.0/16 (it would route it into the peer)"},
+		{name: "nothing known: not checked", cidr: "10.200.0.0/16", local: &LocalRanges{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := local
+			if tt.local != nil {
+				l = *tt.local
+			}
+			got := ""
+			if err := CheckOwn("status.remappedRemote.podCIDR", netip.MustParsePrefix(tt.cidr), l); err != nil {
+				var ce *ClaimError
+				if !errors.As(err, &ce) || ce.Rule != RuleOwnRange {
+					t.Fatalf("error %v is not a *ClaimError of %s", err, RuleOwnRange)
+				}
+				got = err.Error()
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("CheckOwn (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCheckAgreed(t *testing.T) {
+	tests := []struct {
+		name, claimed, agreed string // agreed "": nothing agreed
+		want                  string
+	}{
+		{name: "as agreed", claimed: "10.201.0.0/16", agreed: "10.201.0.0/16"},
+		{name: "nothing agreed", claimed: "10.201.0.0/16"},
+		{name: "same range, host bits set", claimed: "10.201.0.0/16", agreed: "10.201.7.0/16"},
+		{name: "widened", claimed: "10.0.0.0/8", agreed: "10.201.0.0/16",
+			want: "annex-network-agreed-range: spec.remote.podCIDR 10.0.0.0/8 is not the 10.201.0.0/16 agreed when the link was made (run `annexctl network disconnect` and connect again to agree on new ranges)"},
+		{name: "moved", claimed: "10.202.0.0/16", agreed: "10.201.0.0/16",
+			want: "annex-network-agreed-range: spec.remote.podCIDR 10.202.0.0/16 is not the 10.201.0.0/16 agreed when the link was made (run `annexctl network disconnect` and connect again to agree on new ranges)"},
+		{name: "narrowed", claimed: "10.201.0.0/24", agreed: "10.201.0.0/16", want: "annex-network-agreed-range: spec.remote.podCIDR 10.201.0.0/24 is not the 10.201.0.0/16 agreed when the link was made (run `annexctl network disconnect` and connect again to agree on new ranges)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var agreed netip.Prefix
+			if tt.agreed != "" {
+				agreed = netip.MustParsePrefix(tt.agreed)
+			}
+			got := ""
+			if err := CheckAgreed("spec.remote.podCIDR", netip.MustParsePrefix(tt.claimed), agreed); err != nil {
+				var ce *ClaimError
+				if !errors.As(err, &ce) || ce.Rule != RuleAgreedRange {
+					t.Fatalf("error %v is not a *ClaimError of %s", err, RuleAgreedRange)
+				}
+				got = err.Error()
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("CheckAgreed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

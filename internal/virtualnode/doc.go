@@ -17,7 +17,11 @@
 //     "annex-<provider>" (labels type=virtual-node,
 //     annex.dev/remote-cluster-id, kubernetes.io/hostname, kubernetes.io/os
 //     and spec.labels; taint annex.dev/virtual-node=<provider>:NoSchedule
-//     and spec.taints; capacity and allocatable from spec.resources; the
+//     and spec.taints; capacity and allocatable from spec.resources, each
+//     capped to what the consumer's ResourceSlices for the provider in the
+//     VirtualNode's namespace requested and the provider granted
+//     (internal/grant; Warning Event ProviderGrantRefused on a slice whose
+//     grant is cut or ignored); the
 //     InternalIP of Options.NodeIP, and no Hostname address, which the API
 //     server would prefer to reach the kubelet endpoint; the daemon endpoint
 //     port Options.KubeletPort), renews its Lease and writes its status.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,6 +37,7 @@ import (
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/controller/predicates"
+	"github.com/annexhq/annex/internal/grant"
 	"github.com/annexhq/annex/internal/virtualnode/podreflector"
 )
 
@@ -71,6 +73,9 @@ type Reconciler struct {
 	runCtx  context.Context // the runnable's context; nil before it starts
 	started chan struct{}   // closed when runCtx is set
 	nodes   map[types.NamespacedName]*virtualNode
+	// grantReported is, by ResourceSlice, the problems of its grant last
+	// reported in an Event (grant.EventReason).
+	grantReported map[types.NamespacedName]string
 }
 
 // NewReconciler returns the virtual node reconciler of the cluster
@@ -86,6 +91,7 @@ func NewReconciler(mgr ctrl.Manager, remotes Remotes, localClusterID string, opt
 		wake:           make(chan event.TypedGenericEvent[*corev1alpha1.VirtualNode], 64),
 		started:        make(chan struct{}),
 		nodes:          map[types.NamespacedName]*virtualNode{},
+		grantReported:  map[types.NamespacedName]string{},
 	}
 }
 
@@ -142,6 +148,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 				return r.virtualNodesFor(ctx, fc.Name)
 			}))).
 		WatchesRawSource(source.Channel(r.wake, &handler.TypedEnqueueRequestForObject[*corev1alpha1.VirtualNode]{})).
+		Watches(&corev1alpha1.ResourceSlice{},
+			handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+				rs, ok := o.(*corev1alpha1.ResourceSlice)
+				if !ok {
+					return nil
+				}
+				return r.virtualNodesFor(ctx, rs.Spec.ProviderClusterID)
+			})).
 		Watches(&networkingv1alpha1.NetworkConfiguration{}, r.networkConfigurationHandler(),
 			builder.WithPredicates(podCIDRViewChanged())).
 		Complete(r)
@@ -278,7 +292,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 
-	n, conflict, err := r.ensureNode(ctx, vn)
+	advertised, err := r.advertised(ctx, vn)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	n, conflict, err := r.ensureNode(ctx, advertised)
 	if err != nil {
 		_ = r.writeStatus(ctx, vn, metav1.ConditionFalse, corev1alpha1.ReasonNodeNotRegistered, err.Error())
 		return ctrl.Result{}, err
@@ -302,6 +320,62 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	status, reason, msg := virtualNodeCondition(n.isRegistered(), n.reachability(), n.name, vn.Spec.ClusterID)
 	return ctrl.Result{}, r.writeStatus(ctx, vn, status, reason, msg)
+}
+
+// advertised returns vn with spec.resources as its Node advertises them:
+// while the VirtualNode's namespace holds ResourceSlices for its provider,
+// each resource is capped to what the provider granted them, and no more
+// than they requested (grant.FromSlices); without any, spec.resources as
+// they are (nothing there came from a provider). Granted amounts cut or
+// ignored are reported once per change as a Warning Event on their
+// ResourceSlice.
+func (r *Reconciler) advertised(ctx context.Context, vn *corev1alpha1.VirtualNode) (*corev1alpha1.VirtualNode, error) {
+	var list corev1alpha1.ResourceSliceList
+	if err := r.client.List(ctx, &list, client.InNamespace(vn.Namespace)); err != nil {
+		return nil, fmt.Errorf("list ResourceSlices in %s: %w", vn.Namespace, err)
+	}
+	granted, found, problems := grant.FromSlices(vn.Spec.ClusterID, list.Items)
+	r.reportGrantProblems(ctx, vn.Namespace, vn.Spec.ClusterID, list.Items, problems)
+	if !found {
+		return vn, nil
+	}
+	out := vn.DeepCopy()
+	out.Spec.Resources = grant.Cap(vn.Spec.Resources, granted)
+	return out, nil
+}
+
+// reportGrantProblems records a Warning Event grant.EventReason on each
+// ResourceSlice of provider in namespace whose grant has problems, when
+// they differ from the ones reported last, and forgets the slices without.
+func (r *Reconciler) reportGrantProblems(ctx context.Context, namespace, provider string, all []corev1alpha1.ResourceSlice, problems []grant.SliceProblems) {
+	log := logf.FromContext(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	current := map[types.NamespacedName]bool{}
+	for _, p := range problems {
+		key := client.ObjectKeyFromObject(p.Slice)
+		current[key] = true
+		msg := grant.Describe(p.Problems)
+		if r.grantReported[key] == msg {
+			continue
+		}
+		r.grantReported[key] = msg
+		log.Info("Provider's grant not advertised as written", "resourceSlice", key, "provider", provider, "problems", msg)
+		if r.deps != nil && r.deps.recorder != nil {
+			r.deps.recorder.Eventf(p.Slice, nil, corev1.EventTypeWarning, grant.EventReason, "Advertise",
+				"provider %s: %s (the virtual node advertises at most what was requested)", provider, msg)
+		}
+	}
+	for i := range all {
+		if key := client.ObjectKeyFromObject(&all[i]); all[i].Spec.ProviderClusterID == provider && !current[key] {
+			delete(r.grantReported, key)
+		}
+	}
+	for key := range r.grantReported {
+		if key.Namespace == namespace && !slices.ContainsFunc(all, func(rs corev1alpha1.ResourceSlice) bool { return rs.Name == key.Name }) {
+			delete(r.grantReported, key) // the slice is gone
+		}
+	}
 }
 
 // ensureNode starts the virtual node of vn, restarts it when it failed or

@@ -12,6 +12,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	"github.com/annexhq/annex/internal/identity"
+	"github.com/annexhq/annex/internal/netview"
 	annexnet "github.com/annexhq/annex/internal/network"
 )
 
@@ -68,7 +69,11 @@ func (v View) Object(reverse View) *networkingv1alpha1.NetworkConfiguration {
 	nc := &networkingv1alpha1.NetworkConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: networkingv1alpha1.GroupVersion.String(), Kind: "NetworkConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: peer, Namespace: corev1alpha1.AgentNamespace, Labels: map[string]string{
-			corev1alpha1.LabelRemoteClusterID: peer, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}},
+			corev1alpha1.LabelRemoteClusterID: peer, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex},
+			// Decide refused any claim that differs from an earlier
+			// agreement, so this records the first one and then keeps it.
+			Annotations: map[string]string{netview.AnnotationAgreedRemoteCIDRs: netview.AgreedAnnotation(networkingv1alpha1.ClusterCIDRs{
+				PodCIDR: v.Pod.Mapping.Original.String(), ExternalCIDR: v.External.Mapping.Original.String()})}},
 		Spec: networkingv1alpha1.NetworkConfigurationSpec{
 			RemoteClusterID: peer,
 			Local:           networkingv1alpha1.ClusterCIDRs{PodCIDR: reverse.Pod.Mapping.Original.String(), ExternalCIDR: reverse.External.Mapping.Original.String()},
@@ -260,6 +265,11 @@ func decideSide(self Side, peer identity.Identity, pool netip.Prefix) (View, err
 			}
 		}
 	}
+	if existing != nil {
+		if err := checkAgreed(me.ClusterID, peer.ClusterID, existing, peerPod, peerExt); err != nil {
+			return View{}, err
+		}
+	}
 	// prev returns the recorded decision for a peer CIDR: nil when there is
 	// none (or it was for a different CIDR), the zero Prefix for "as is".
 	prev := func(orig netip.Prefix, recordedOrig string, pick func(networkingv1alpha1.RemappedCIDRs) string) *netip.Prefix {
@@ -289,6 +299,45 @@ func decideSide(self Side, peer identity.Identity, pool netip.Prefix) (View, err
 		return View{}, err
 	}
 	return v, nil
+}
+
+// Agreed returns the peer's CIDRs a link agreed on: those recorded in
+// annotation netview.AnnotationAgreedRemoteCIDRs when the link was first
+// made, or, for a link recorded before agreements were, its spec.remote.
+func Agreed(nc *networkingv1alpha1.NetworkConfiguration) (networkingv1alpha1.ClusterCIDRs, error) {
+	agreed, ok, err := netview.AgreedRemote(nc)
+	if err != nil {
+		return agreed, err
+	}
+	if !ok {
+		return nc.Spec.Remote, nil
+	}
+	return agreed, nil
+}
+
+// checkAgreed refuses peer's current claims (its identity's pod and
+// external CIDRs) when they are not the ones self's link with it agreed on
+// (network.RuleAgreedRange): a peer cannot move or widen its ranges under
+// an existing link; disconnecting and connecting again agrees anew.
+func checkAgreed(self, peer string, existing *networkingv1alpha1.NetworkConfiguration, pod, ext netip.Prefix) error {
+	agreed, err := Agreed(existing)
+	if err != nil {
+		return fmt.Errorf("%s refuses the link: NetworkConfiguration %s/%s: %w (run `annexctl network disconnect` and connect again)", self, existing.Namespace, existing.Name, err)
+	}
+	for _, c := range []struct {
+		what, agreed string
+		p            netip.Prefix
+	}{{"pod", agreed.PodCIDR, pod}, {"external", agreed.ExternalCIDR, ext}} {
+		a, _ := netip.ParsePrefix(c.agreed)
+		if c.agreed != "" && !a.IsValid() {
+			a = netip.PrefixFrom(netip.IPv4Unspecified(), 0) // unreadable: agrees with nothing valid
+		}
+		if err := annexnet.CheckAgreed(fmt.Sprintf("%s's %s CIDR", peer, c.what), c.p, a); err != nil {
+			return fmt.Errorf("%s refuses the link: %w (as %s's identity ConfigMap %s/%s publishes it; %s's NetworkConfiguration %s/%s recorded the agreement)",
+				self, err, peer, corev1alpha1.AgentNamespace, corev1alpha1.ClusterIdentityConfigMapName, self, existing.Namespace, existing.Name)
+		}
+	}
+	return nil
 }
 
 // choose decides how self maps one CIDR orig of peer.

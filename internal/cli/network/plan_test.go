@@ -11,6 +11,7 @@ import (
 
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	"github.com/annexhq/annex/internal/identity"
+	"github.com/annexhq/annex/internal/netview"
 	annexnet "github.com/annexhq/annex/internal/network"
 )
 
@@ -35,6 +36,13 @@ func cfg(peer identity.Identity, remapped string) networkingv1alpha1.NetworkConf
 	nc.Spec.RemoteClusterID = peer.ClusterID
 	nc.Spec.Remote = networkingv1alpha1.ClusterCIDRs{PodCIDR: peer.PodCIDR, ExternalCIDR: peer.ExternalCIDR}
 	nc.Status.RemappedRemote = &networkingv1alpha1.RemappedCIDRs{PodCIDR: pod, ExternalCIDR: ext}
+	return nc
+}
+
+// agreedCfg is nc with the agreement on peer's identity's CIDRs recorded.
+func agreedCfg(nc networkingv1alpha1.NetworkConfiguration, peer identity.Identity) networkingv1alpha1.NetworkConfiguration {
+	nc.Annotations = map[string]string{netview.AnnotationAgreedRemoteCIDRs: netview.AgreedAnnotation(
+		networkingv1alpha1.ClusterCIDRs{PodCIDR: peer.PodCIDR, ExternalCIDR: peer.ExternalCIDR})}
 	return nc
 }
 
@@ -201,14 +209,47 @@ func TestDecide(t *testing.T) {
 			},
 		},
 		{
-			name: "a recorded decision for another remote CIDR is not kept",
+			name: "a peer whose CIDR changed since a link recorded before agreements is refused",
 			a:    sideOf(alpha, cfg(gamma, "100.64.0.0/16,")), b: sideOf(id("gamma", "10.210.0.0/16", "10.72.0.0/16")),
+			wantErr: "alpha refuses the link: annex-network-agreed-range: gamma's pod CIDR 10.210.0.0/16 is not the 10.200.0.0/16 agreed when the link was made " +
+				"(run `annexctl network disconnect` and connect again to agree on new ranges) (as gamma's identity ConfigMap annex-system/annex-cluster-identity publishes it; " +
+				"alpha's NetworkConfiguration annex-system/gamma recorded the agreement)",
+		},
+		{
+			name:    "a peer widening its pod CIDR over the consumer's after the agreement is refused",
+			a:       sideOf(alpha, agreedCfg(cfg(beta, ""), beta)),
+			b:       sideOf(id("beta", "10.192.0.0/11", "10.71.0.0/16")),
+			wantErr: "alpha refuses the link: annex-network-agreed-range: beta's pod CIDR 10.192.0.0/11 is not the 10.201.0.0/16 agreed",
+		},
+		{
+			name: "the agreement, not spec.remote, is what counts",
+			a: sideOf(alpha, func() networkingv1alpha1.NetworkConfiguration {
+				nc := agreedCfg(cfg(beta, ""), beta)
+				nc.Spec.Remote.ExternalCIDR = "10.99.0.0/16" // written by something else
+				return nc
+			}()),
+			b:       sideOf(id("beta", "10.201.0.0/16", "10.99.0.0/16")),
+			wantErr: "alpha refuses the link: annex-network-agreed-range: beta's external CIDR 10.99.0.0/16 is not the 10.71.0.0/16 agreed",
+		},
+		{
+			name: "as agreed: unchanged",
+			a:    sideOf(alpha, agreedCfg(cfg(beta, ""), beta)), b: sideOf(beta),
 			want: []string{
-				"alpha uses gamma's pod CIDR 10.210.0.0/16 as it is",
-				"alpha uses gamma's external CIDR 10.72.0.0/16 as it is (unchanged)",
-				"gamma uses alpha's pod CIDR 10.200.0.0/16 as it is",
-				"gamma uses alpha's external CIDR 10.70.0.0/16 as it is",
+				"alpha uses beta's pod CIDR 10.201.0.0/16 as it is (unchanged)",
+				"alpha uses beta's external CIDR 10.71.0.0/16 as it is (unchanged)",
+				"beta uses alpha's pod CIDR 10.200.0.0/16 as it is",
+				"beta uses alpha's external CIDR 10.70.0.0/16 as it is",
 			},
+		},
+		{
+			name: "an agreement that does not parse is refused",
+			a: sideOf(alpha, func() networkingv1alpha1.NetworkConfiguration {
+				nc := cfg(beta, "")
+				nc.Annotations = map[string]string{netview.AnnotationAgreedRemoteCIDRs: "10.201.0.0/16"}
+				return nc
+			}()),
+			b:       sideOf(beta),
+			wantErr: "alpha refuses the link: NetworkConfiguration annex-system/beta: annotation annex.dev/agreed-remote-cidrs \"10.201.0.0/16\" is not the JSON of the agreed CIDRs",
 		},
 		{
 			name: "a recorded remapping that now collides with another peer is replaced",
@@ -348,7 +389,8 @@ func TestObject(t *testing.T) {
 	want := &networkingv1alpha1.NetworkConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: "networking.annex.dev/v1alpha1", Kind: "NetworkConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: "gamma", Namespace: "annex-system", Labels: map[string]string{
-			"annex.dev/remote-cluster-id": "gamma", "annex.dev/managed-by": "annex"}},
+			"annex.dev/remote-cluster-id": "gamma", "annex.dev/managed-by": "annex"},
+			Annotations: map[string]string{"annex.dev/agreed-remote-cidrs": `{"podCIDR":"10.200.0.0/16","externalCIDR":"10.72.0.0/16"}`}},
 		Spec: networkingv1alpha1.NetworkConfigurationSpec{
 			RemoteClusterID: "gamma",
 			Local:           networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.200.0.0/16", ExternalCIDR: "10.70.0.0/16"},

@@ -37,6 +37,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/cli/network"
+	"github.com/annexhq/annex/internal/grant"
 )
 
 // Names shared by the peering's parts.
@@ -187,6 +188,11 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 		return err
 	}
 	s.Step("provider %s granted %s", pid.ClusterID, formatResources(granted))
+	// The grant is the provider's word: never advertise more than was asked.
+	granted, problems := grant.Advertise(want, granted)
+	for _, p := range problems {
+		s.Step("warning: provider %s's ResourceSlice %s %s", pid.ClusterID, p.Field, p.Message)
+	}
 
 	vn := &corev1alpha1.VirtualNode{
 		TypeMeta: metav1.TypeMeta{APIVersion: corev1alpha1.GroupVersion.String(), Kind: "VirtualNode"},

@@ -11,8 +11,10 @@
 // status.tunnel). annex-gateway programs the network namespace from that
 // file (internal/gateway).
 //
-// A link whose peer claims CIDRs that are not private ranges, or that
-// cover this cluster's service CIDR or a node's address, is not programmed
+// A link whose peer claims CIDRs that are not private ranges, that cover
+// this cluster's service CIDR or a node's address, that differ from the
+// ones agreed when the link was made, or whose ranges as this cluster sees
+// them overlap its own pod or external CIDR, is not programmed
 // (netview.CheckLink): TunnelConnected says CIDRRefused with the rule, and
 // a Warning Event RemoteCIDRRefused goes to the NetworkConfiguration.
 //
@@ -188,8 +190,20 @@ func New(c client.Client, api client.Reader, recorder events.EventRecorder, opts
 	}
 	return &Reconciler{client: c, api: api, recorder: recorder, opts: opts, clock: clk,
 		local: Local{PodCIDR: cluster.PodCIDR, ExternalCIDR: cluster.ExternalCIDR,
-			Ranges: network.LocalRanges{ServiceCIDR: cluster.ServiceCIDR}},
+			Ranges: network.LocalRanges{ServiceCIDR: cluster.ServiceCIDR, Own: ownRanges(cluster)}},
 		countersAt: map[string]time.Time{}, refused: map[string]string{}}
+}
+
+// ownRanges are the cluster's pod and external CIDRs, those it knows: no
+// link may route them into a peer (network.CheckOwn).
+func ownRanges(c Cluster) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range []netip.Prefix{c.PodCIDR, c.ExternalCIDR} {
+		if p.IsValid() {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
 }
 
 // the single request every event maps to: the file is one whole.

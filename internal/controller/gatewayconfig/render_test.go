@@ -12,6 +12,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	"github.com/annexhq/annex/internal/gateway"
+	"github.com/annexhq/annex/internal/netview"
 	"github.com/annexhq/annex/internal/network"
 )
 
@@ -55,7 +56,8 @@ func TestRender(t *testing.T) {
 	_, gammaPub := key(t)
 	_, betaPub := key(t)
 	local := Local{PodCIDR: p("10.200.0.0/16"), ExternalCIDR: p("10.70.0.0/16"), PrivateKey: priv,
-		Ranges: network.LocalRanges{ServiceCIDR: p("10.96.0.0/16"), Nodes: []network.NodeAddress{{Node: "n1", Addr: a("192.168.77.1")}}}}
+		Ranges: network.LocalRanges{ServiceCIDR: p("10.96.0.0/16"), Nodes: []network.NodeAddress{{Node: "n1", Addr: a("192.168.77.1")}},
+			Own: ownRanges(Cluster{PodCIDR: p("10.200.0.0/16"), ExternalCIDR: p("10.70.0.0/16")})}}
 	gammaTunnel := &networkingv1alpha1.TunnelSpec{ListenPort: 51821, RemotePublicKey: gammaPub.String(), RemoteEndpoint: "192.168.77.3:51820"}
 	betaTunnel := &networkingv1alpha1.TunnelSpec{ListenPort: 51820, RemotePublicKey: betaPub.String(), RemoteEndpoint: "192.168.77.2:51820"}
 	remap := &networkingv1alpha1.RemappedCIDRs{PodCIDR: "100.64.0.0/16"}
@@ -83,6 +85,10 @@ func TestRender(t *testing.T) {
 	withTransit.Accept = []netip.Prefix{p("10.70.0.1/32"), p("10.70.0.3/32"), p("10.200.0.0/16")}
 	public := link("beta", "8.8.0.0/16", "10.71.0.0/16", nil, nil, betaTunnel, true)
 	overService := link("beta", "10.201.0.0/16", "10.96.0.0/12", nil, nil, betaTunnel, true)
+	changedClaim := link("beta", "10.0.0.0/9", "10.71.0.0/16", &networkingv1alpha1.RemappedCIDRs{}, &networkingv1alpha1.RemappedCIDRs{}, betaTunnel, true)
+	changedClaim.Annotations = map[string]string{netview.AnnotationAgreedRemoteCIDRs: netview.AgreedAnnotation(
+		networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.201.0.0/16", ExternalCIDR: "10.71.0.0/16"})}
+	overOwn := link("beta", "10.201.0.0/16", "10.70.0.0/20", &networkingv1alpha1.RemappedCIDRs{}, &networkingv1alpha1.RemappedCIDRs{}, betaTunnel, true)
 	viewOnNodes := link("beta", "10.200.0.0/16", "10.71.0.0/16", &networkingv1alpha1.RemappedCIDRs{PodCIDR: "192.168.77.0/24"}, nil, betaTunnel, false)
 
 	tests := []struct {
@@ -126,6 +132,16 @@ func TestRender(t *testing.T) {
 			want: []gateway.Link{},
 			wantSkipped: map[string]string{"beta": "annex-network-service-cidr: spec.remote.externalCIDR 10.96.0.0/12 overlaps " +
 				"this cluster's service CIDR 10.96.0.0/16"}},
+		{name: "a peer's claim that changed after the link was agreed is refused",
+			ncs:  []networkingv1alpha1.NetworkConfiguration{gamma, changedClaim},
+			want: []gateway.Link{wantGamma},
+			wantSkipped: map[string]string{"beta": "annex-network-agreed-range: spec.remote.podCIDR 10.0.0.0/9 is not the 10.201.0.0/16 " +
+				"agreed when the link was made (run `annexctl network disconnect` and connect again to agree on new ranges)"}},
+		{name: "a peer's CIDR used as it is over this cluster's own external CIDR is refused",
+			ncs:  []networkingv1alpha1.NetworkConfiguration{overOwn},
+			want: []gateway.Link{},
+			wantSkipped: map[string]string{"beta": "annex-network-own-range: spec.remote.externalCIDR 10.70.0.0/20 overlaps " +
+				"this cluster's own range 10.70.0.0/16 (it would route it into the peer)"}},
 		{name: "a remapping onto this cluster's nodes is refused, even before the link is ready",
 			ncs:  []networkingv1alpha1.NetworkConfiguration{viewOnNodes},
 			want: []gateway.Link{},
