@@ -247,7 +247,22 @@ func leaderLock(cfg *rest.Config, o Options) (resourcelock.Interface, error) {
 
 // cacheByObject keeps only Annex's own Leases (heartbeats, not every node's)
 // and adds the restrictions controllers ask for. Pods are cached trimmed
-// (TrimPod), whatever restriction a controller adds.
+// (TrimPod), whatever restriction a controller adds. Secrets and ConfigMaps
+// are cached as TrimTrigger leaves them, whatever a controller adds.
+//
+// What the cache holds, kind by kind, and why (docs/security.md, "What the
+// agent caches"): Secrets and ConfigMaps are watched for metadata only
+// (credentials, foreigncluster, reflection), as triggers: of each the
+// cache keeps its name, namespace, UID, resourceVersion, deletion and
+// Annex's own labels (TrimTrigger), never data, tenants' annotations or
+// labels; readers read the objects themselves with the API reader. Leases,
+// RoleBindings, ResourceQuotas and LimitRanges: only Annex's (label
+// selectors). Pods: every pod, trimmed (TrimPod). Services, EndpointSlices,
+// Namespaces, Nodes and Annex's own kinds are cached whole: the reflection
+// reads local Services and EndpointSlices whole (they are the consumer's
+// own in offloaded namespaces, which no selector can single out); the
+// tenants' are bounded in number (ResourceQuota) and size (admission
+// policies annex-tenant-metadata, annex-tenant-shadowendpointslices).
 func cacheByObject(extra ...map[client.Object]cache.ByObject) map[client.Object]cache.ByObject {
 	out := map[client.Object]cache.ByObject{
 		&coordinationv1.Lease{}: {Label: labels.SelectorFromSet(labels.Set{corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex})},
@@ -269,7 +284,74 @@ func cacheByObject(extra ...map[client.Object]cache.ByObject) map[client.Object]
 		pod.Transform = TrimPod
 	}
 	out[&corev1.Pod{}] = *pod
+	for k, v := range out {
+		switch k.(type) {
+		case *corev1.Secret, *corev1.ConfigMap:
+			v.Transform = TrimTrigger
+			out[k] = v
+		}
+	}
+	for _, k := range []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}} {
+		if !hasKind(out, k) {
+			out[k] = cache.ByObject{Transform: TrimTrigger}
+		}
+	}
 	return out
+}
+
+// hasKind reports whether m has an entry for the Go type of k.
+func hasKind(m map[client.Object]cache.ByObject, k client.Object) bool {
+	for o := range m {
+		if fmt.Sprintf("%T", o) == fmt.Sprintf("%T", k) {
+			return true
+		}
+	}
+	return false
+}
+
+// triggerLabels are the labels TrimTrigger keeps: what the agent's
+// predicates and handlers of Secrets and ConfigMaps read.
+var triggerLabels = []string{corev1alpha1.LabelManagedBy, corev1alpha1.LabelRemoteClusterID}
+
+// TrimTrigger is the transform of the Secrets and ConfigMaps in the agent's
+// cache. They are watched for their metadata only, and only as triggers:
+// the credentials controller (name, the managed-by label), the foreigncluster
+// controller (namespace and name) and the reflection (namespace) read
+// nothing else, and read the objects themselves with the API reader. The
+// cache watches every Secret and ConfigMap of the cluster (the consumer's
+// in offloaded namespaces cannot be singled out by a selector), tenants'
+// included, so it keeps of each only its name, namespace, UID,
+// resourceVersion, generation, deletion and Annex's own labels: never their
+// data, nor labels, annotations, finalizers or owner references, which a
+// tenant chooses (up to 256 KiB of annotations per object in Kubernetes).
+// A full Secret or ConfigMap, should a reader ever ask the cache for one, is
+// trimmed the same way, data included: read them with the API reader.
+func TrimTrigger(obj any) (any, error) {
+	o, ok := obj.(client.Object)
+	if !ok {
+		return obj, nil // a DeletedFinalStateUnknown
+	}
+	var kept map[string]string
+	for _, k := range triggerLabels {
+		if v, ok := o.GetLabels()[k]; ok {
+			if kept == nil {
+				kept = map[string]string{}
+			}
+			kept[k] = v
+		}
+	}
+	meta := metav1.ObjectMeta{Name: o.GetName(), Namespace: o.GetNamespace(), UID: o.GetUID(),
+		ResourceVersion: o.GetResourceVersion(), Generation: o.GetGeneration(),
+		CreationTimestamp: o.GetCreationTimestamp(), DeletionTimestamp: o.GetDeletionTimestamp(), Labels: kept}
+	switch o := o.(type) {
+	case *metav1.PartialObjectMetadata:
+		o.ObjectMeta = meta
+	case *corev1.Secret:
+		*o = corev1.Secret{TypeMeta: o.TypeMeta, ObjectMeta: meta, Type: o.Type}
+	case *corev1.ConfigMap:
+		*o = corev1.ConfigMap{TypeMeta: o.TypeMeta, ObjectMeta: meta}
+	}
+	return o, nil
 }
 
 // TrimPod is the transform of the pods in the agent's cache. The cache holds
@@ -285,7 +367,13 @@ func cacheByObject(extra ...map[client.Object]cache.ByObject) map[client.Object]
 //     the pod's ShadowPod;
 //   - transit: the node, the phase, the transit address annotation;
 //   - shadowpod: owner references, labels and annotations, deletion, the
-//     whole status (a finished pod's is recorded in its ShadowPod);
+//     whole status (a finished pod's is recorded in its ShadowPod), and
+//     what its quota counts (shadowpod.PodRequests): the requests and
+//     limits of every container and init container, the pod-level
+//     resources and the overhead. Without them every cached pod counted as
+//     a pod and nothing else, and a tenant's pods whose admissions had
+//     reached the cache took none of its CPU or memory grant: ShadowPods
+//     that each fit ran together far beyond it;
 //   - shadowendpointslice: the phase and the pod IPs;
 //   - reflection (through netview) and gatewayconfig: the namespace, the
 //     node, the phase, the pod IPs, deletion and the transit address
@@ -295,7 +383,8 @@ func cacheByObject(extra ...map[client.Object]cache.ByObject) map[client.Object]
 //     the consumer's out).
 //
 // So the cache keeps a pod's metadata without managedFields, its status,
-// and of its spec only podstatus.StatusSpec: with 5000 offloaded pods
+// and of its spec only podstatus.StatusSpec and the quota's fields
+// (keepRequests): with 5000 offloaded pods
 // the rest of the spec (volumes, env, resources, tolerations) and a second
 // cache of the same pods were the largest part of the consumer agent's
 // heap. A reader that needs more of a pod's spec must read it from the API
@@ -310,8 +399,28 @@ func TrimPod(obj any) (any, error) {
 		return obj, nil // a DeletedFinalStateUnknown
 	}
 	pod.ManagedFields = nil
-	pod.Spec = podstatus.StatusSpec(&pod.Spec)
+	spec := podstatus.StatusSpec(&pod.Spec)
+	keepRequests(&spec, &pod.Spec)
+	pod.Spec = spec
 	return pod, nil
+}
+
+// keepRequests copies into trimmed, a StatusSpec of full, what the provider's
+// quota counts of a pod (shadowpod.PodRequests): each container's and init
+// container's requests and limits, the pod-level resources and the overhead.
+func keepRequests(trimmed, full *corev1.PodSpec) {
+	for i := range trimmed.Containers {
+		trimmed.Containers[i].Resources = corev1.ResourceRequirements{
+			Requests: full.Containers[i].Resources.Requests, Limits: full.Containers[i].Resources.Limits}
+	}
+	for i := range trimmed.InitContainers {
+		trimmed.InitContainers[i].Resources = corev1.ResourceRequirements{
+			Requests: full.InitContainers[i].Resources.Requests, Limits: full.InitContainers[i].Resources.Limits}
+	}
+	if full.Resources != nil {
+		trimmed.Resources = &corev1.ResourceRequirements{Requests: full.Resources.Requests, Limits: full.Resources.Limits}
+	}
+	trimmed.Overhead = full.Overhead
 }
 
 // identityCheck reads the identity ConfigMap with a short timeout.

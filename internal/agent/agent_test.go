@@ -3,10 +3,12 @@ package agent
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -50,9 +52,12 @@ current-context: c
 }
 
 // The cache keeps of a pod what the agent's controllers read: metadata
-// without managedFields, podstatus.StatusSpec of the spec, and the status.
+// without managedFields, podstatus.StatusSpec of the spec with the
+// resources the provider's quota counts, and the status.
 func TestTrimPod(t *testing.T) {
 	now := metav1.Now()
+	resources := corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
+		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: "demo", Name: "web", UID: "u1", ResourceVersion: "7", DeletionTimestamp: &now,
@@ -62,13 +67,15 @@ func TestTrimPod(t *testing.T) {
 			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
 		},
 		Spec: corev1.PodSpec{NodeName: "annex-beta", Containers: []corev1.Container{{Name: "app", Image: "nginx",
-			Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}}, Volumes: []corev1.Volume{{Name: "data"}}},
+			Env: []corev1.EnvVar{{Name: "A", Value: "b"}}, Resources: resources}}, Volumes: []corev1.Volume{{Name: "data"}},
+			Overhead: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}},
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
 	want := pod.DeepCopy()
 	want.ManagedFields = nil
-	want.Spec = corev1.PodSpec{NodeName: "annex-beta", Containers: []corev1.Container{{Name: "app", Image: "nginx"}}}
+	want.Spec = corev1.PodSpec{NodeName: "annex-beta", Containers: []corev1.Container{{Name: "app", Image: "nginx", Resources: resources}},
+		Overhead: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}}
 	got, err := TrimPod(pod)
 	if err != nil {
 		t.Fatal(err)
@@ -122,5 +129,76 @@ func TestGoMemoryLimit(t *testing.T) {
 				t.Errorf("limit (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// The cache keeps of a Secret or ConfigMap only what its watchers read: no
+// data, no labels or annotations but Annex's own, whatever the tenant wrote.
+func TestTrimTrigger(t *testing.T) {
+	now := metav1.Now()
+	meta := metav1.ObjectMeta{
+		Namespace: "web-c1", Name: "blob", UID: "u1", ResourceVersion: "7", Generation: 2, DeletionTimestamp: &now,
+		Labels: map[string]string{corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex, corev1alpha1.LabelRemoteClusterID: "c1",
+			"app": strings.Repeat("x", 63)},
+		Annotations:     map[string]string{"example.com/blob": strings.Repeat("x", 200<<10)},
+		Finalizers:      []string{"example.com/f"},
+		OwnerReferences: []metav1.OwnerReference{{Kind: "ShadowPod", Name: "web", UID: "s1"}},
+		ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "tenant"}},
+	}
+	want := metav1.ObjectMeta{Namespace: "web-c1", Name: "blob", UID: "u1", ResourceVersion: "7", Generation: 2, DeletionTimestamp: &now,
+		Labels: map[string]string{corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex, corev1alpha1.LabelRemoteClusterID: "c1"}}
+	for _, tc := range []struct {
+		obj  client.Object
+		want client.Object
+	}{
+		{obj: &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: meta},
+			want: &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: want}},
+		{obj: &corev1.Secret{ObjectMeta: meta, Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"k": make([]byte, 200<<10)}},
+			want: &corev1.Secret{ObjectMeta: want, Type: corev1.SecretTypeOpaque}},
+		{obj: &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{"k": "v"}, BinaryData: map[string][]byte{"b": {1}}},
+			want: &corev1.ConfigMap{ObjectMeta: want}},
+	} {
+		got, err := TrimTrigger(tc.obj.DeepCopyObject())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("TrimTrigger(%T) (-want +got):\n%s", tc.obj, diff)
+		}
+	}
+	if got, _ := TrimTrigger("not an object"); got != "not an object" {
+		t.Errorf("TrimTrigger changed a non-object: %v", got)
+	}
+}
+
+// Secrets and ConfigMaps are trimmed whatever a controller adds; what it
+// adds (a selector) is kept.
+func TestCacheByObjectTrimsSecretsAndConfigMaps(t *testing.T) {
+	sel := labels.SelectorFromSet(labels.Set{"a": "b"})
+	for _, extra := range [][]map[client.Object]cache.ByObject{nil, {{&corev1.Secret{}: {Label: sel}}}} {
+		found := map[string]cache.ByObject{}
+		for k, v := range cacheByObject(extra...) {
+			switch k.(type) {
+			case *corev1.Secret:
+				found["Secret"] = v
+			case *corev1.ConfigMap:
+				found["ConfigMap"] = v
+			}
+		}
+		for _, kind := range []string{"Secret", "ConfigMap"} {
+			v, ok := found[kind]
+			if !ok || v.Transform == nil {
+				t.Errorf("extra %v: %s not trimmed: %+v", extra, kind, v)
+				continue
+			}
+			got, _ := v.Transform(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "x",
+				Annotations: map[string]string{"a": "b"}}})
+			if len(got.(*metav1.PartialObjectMetadata).Annotations) != 0 {
+				t.Errorf("extra %v: %s transform kept annotations", extra, kind)
+			}
+		}
+		if extra != nil && (found["Secret"].Label == nil || found["Secret"].Label.String() != sel.String()) {
+			t.Errorf("extra %v: the label selector was lost: %+v", extra, found["Secret"])
+		}
 	}
 }

@@ -73,7 +73,11 @@ var quotaKeys = map[string]struct {
 // room for twice that (a rollout of such a Deployment keeps old and new pods
 // for a while); Services, ConfigMaps and Secrets are what a namespace of a
 // few hundred workloads uses. NodePort and LoadBalancer Services are never
-// allowed on a provider (0).
+// allowed on a provider (0). Events cannot be counted: Kubernetes' quota
+// system ignores them (k8s.io/kubernetes/pkg/quota/v1/install,
+// DefaultIgnoredResources), so a quota naming count/events is never counted
+// and would hold every remote namespace Pending; a tenant may not create
+// Events there at all (ClusterRole annex-remote-consumer).
 //
 // Only built-in kinds are counted by default: the cluster counts a custom
 // resource (count/shadowpods..., count/remotenamespaces...) only once its
