@@ -59,7 +59,10 @@ type ResourceSliceSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="providerClusterID is immutable"
 	ProviderClusterID string `json:"providerClusterID"`
 
-	// resources are the requested amounts (for example cpu, memory, pods).
+	// resources are the requested amounts (for example cpu, memory, pods):
+	// on a provider, each a quantity of at least 0 and at most 1P (10^15 of
+	// its unit; admission policy annex-tenant-namespace, and the provider's
+	// agent before it counts them).
 	// +required
 	// +kubebuilder:validation:MinProperties=1
 	// +kubebuilder:validation:MaxProperties=32

@@ -31,6 +31,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
@@ -159,7 +160,11 @@ func Decide(in Request) Decision {
 		return deny(corev1alpha1.ReasonPolicyDenied, fmt.Sprintf(
 			"spec.consumerClusterID is %q but namespace %s belongs to consumer %q: a consumer may not ask for resources on behalf of another",
 			spec.ConsumerClusterID, in.Slice.Namespace, in.NamespaceConsumer))
-	case in.AlreadyAccepted:
+	}
+	if bad := InvalidQuantities(spec.Resources); len(bad) > 0 {
+		return deny(corev1alpha1.ReasonPolicyDenied, "spec.resources: "+strings.Join(bad, "; "))
+	}
+	if in.AlreadyAccepted {
 		return accept(spec.Resources)
 	}
 
@@ -189,6 +194,44 @@ func Decide(in Request) Decision {
 		return deny(corev1alpha1.ReasonInsufficientResources, strings.Join(overCapacity, "; "))
 	}
 	return accept(spec.Resources)
+}
+
+// MaxQuantity bounds every quantity a tenant writes (a ResourceSlice's
+// request, a pod's requests and limits): 10^15 of the resource's unit. It is
+// far above any real node (a petabyte of memory, 10^15 CPUs), and low
+// enough that a CPU quantity in millicores (10^18) still fits an int64, the
+// type the scheduler, the kubelet and ResourceQuota count in: above it, those
+// counts would overflow and wrap, and a huge request could turn small.
+var MaxQuantity = resource.MustParse("1P")
+
+// CheckQuantity returns why q is not a quantity a tenant may ask for (""
+// when it is): negative, or over MaxQuantity.
+func CheckQuantity(q resource.Quantity) string {
+	switch {
+	case q.Sign() < 0:
+		return "is negative"
+	case q.Cmp(MaxQuantity) > 0:
+		return "is over " + MaxQuantity.String() + ", the most any quantity may be"
+	}
+	return ""
+}
+
+// InvalidQuantities returns, in name order, a message for every quantity of
+// l that CheckQuantity refuses and every name that is not a resource name
+// (a qualified name, as the API server checks for a pod's resources).
+func InvalidQuantities(l corev1.ResourceList) []string {
+	var out []string
+	for _, name := range sortedNames(l) {
+		if errs := validation.IsQualifiedName(string(name)); len(errs) > 0 {
+			out = append(out, fmt.Sprintf("%q is not a resource name: %s", name, strings.Join(errs, ", ")))
+			continue
+		}
+		q := l[name]
+		if why := CheckQuantity(q); why != "" {
+			out = append(out, fmt.Sprintf("%s %s %s", name, q.String(), why))
+		}
+	}
+	return out
 }
 
 func accept(l corev1.ResourceList) Decision {

@@ -152,6 +152,44 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// TestDecideRefusesQuantities: a quantity a tenant may not ask for is
+// denied before anything is summed, whatever else the slice asks and
+// whether or not it was accepted before (a grant written by an older agent).
+func TestDecideRefusesQuantities(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		res      corev1.ResourceList
+		accepted bool
+		want     string
+	}{
+		{name: "negative cpu", res: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-100")},
+			want: "spec.resources: cpu -100 is negative"},
+		{name: "negative beside a valid one", res: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("-1Ki")},
+			want: "spec.resources: memory -1Ki is negative"},
+		{name: "over 1P", res: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("2E")},
+			want: "spec.resources: pods 2E is over 1P, the most any quantity may be"},
+		{name: "not a resource name", res: corev1.ResourceList{"cpu ": resource.MustParse("1")},
+			want: `spec.resources: "cpu " is not a resource name: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')`},
+		{name: "negative, already accepted", res: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-1")}, accepted: true,
+			want: "spec.resources: cpu -1 is negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Decide(Request{Slice: slice("alpha", tc.res), NamespaceConsumer: "alpha", AlreadyAccepted: tc.accepted,
+				Capacity: rl(t, "cpu=32,memory=128Gi,pods=500")})
+			want := Decision{Reason: corev1alpha1.ReasonPolicyDenied, Message: tc.want}
+			if diff := cmp.Diff(want, got, cmpOpts...); diff != "" {
+				t.Errorf("Decide() (-want +got):\n%s", diff)
+			}
+		})
+	}
+	// At the bound and zero are quantities a tenant may ask for.
+	got := Decide(Request{Slice: slice("alpha", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1P"), corev1.ResourceMemory: resource.MustParse("0")}),
+		NamespaceConsumer: "alpha", Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2P"), corev1.ResourceMemory: resource.MustParse("1")}})
+	if !got.Accepted {
+		t.Errorf("cpu=1P,memory=0 denied: %s", got.Message)
+	}
+}
+
 func TestParseResourceList(t *testing.T) {
 	tests := []struct {
 		in      string

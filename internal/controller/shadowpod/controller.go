@@ -2,7 +2,13 @@
 // ShadowPod a consumer creates in one of its remote namespaces, it creates
 // the real pod (same name and namespace, labels spec.podLabels plus
 // annex.dev/shadowpod=<name>, annotations spec.podAnnotations, spec
-// spec.pod with the provider's default requests) and keeps it alive. The
+// spec.pod with the provider's default requests) and keeps it alive. Of
+// spec.podLabels and spec.podAnnotations, the pod carries the keys without
+// a domain and those of the domains the provider allows
+// (--tenant-pod-label-domains, --tenant-pod-annotation-domains; never
+// annex.dev): network plugins, meshes and policies of the provider act on
+// prefixed keys. The others are left out, with a Warning Event
+// MetadataDropped on the ShadowPod. The
 // consumer reads the running pod's status from the pod itself; the
 // ShadowPod's status records only what the pod cannot say: a refusal, a
 // creation being retried, or the pod's final state.
@@ -11,7 +17,8 @@
 // annex.dev/remote-cluster-id=<C> are handled; C, from the namespace's label
 // (never from the ShadowPod itself), is the consumer. The consumer is an
 // untrusted tenant: before a pod is created its spec is checked by Validate
-// (host namespaces, hostPath, host ports, privileged containers, privilege
+// (every resource quantity non-negative and at most 1P, no overhead; host
+// namespaces, hostPath, host ports, privileged containers, privilege
 // escalation, extra capabilities, unconfined profiles are refused unless
 // --allow-privileged-shadowpods), every container that neither requests nor
 // limits cpu or memory is given the provider's default request for it
@@ -373,6 +380,8 @@ func (r *Reconciler) create(ctx context.Context, sp *offloadingv1alpha1.ShadowPo
 	}
 	r.settle(key, consumer, pod)
 	log.Info("Created pod")
+	_, _, dropped := r.podMetadata(sp)
+	r.reportDropped(ctx, sp, dropped)
 	if apiequality.Semantic.DeepEqual(sp.Status, offloadingv1alpha1.ShadowPodStatus{}) {
 		// Nothing to clear: a new pod has no final state to record.
 		return ctrl.Result{}, nil
@@ -496,7 +505,10 @@ func (r *Reconciler) settle(key types.NamespacedName, consumer string, pod *core
 	switch {
 	case !ok:
 	case pod == nil:
+		// Not created: it no longer counts, and the usage bound, which
+		// added it, is recounted from the pods on the next admission.
 		delete(r.admitted, key)
+		t.bound = usageBound{}
 	case !apiequality.Semantic.DeepEqual(a.requests, stored):
 		// The API server's defaulting or admission changed the requests:
 		// count what it stored, and recount the consumer's usage.
@@ -635,12 +647,13 @@ func subtract(a, b corev1.ResourceList) corev1.ResourceList {
 // desiredPod is the pod of sp: its spec, with the provider's default
 // requests applied.
 func (r *Reconciler) desiredPod(sp *offloadingv1alpha1.ShadowPod) (*corev1.Pod, error) {
+	labels, annotations, _ := r.podMetadata(sp)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        sp.Name,
 			Namespace:   sp.Namespace,
-			Labels:      desiredLabels(sp),
-			Annotations: maps.Clone(sp.Spec.PodAnnotations),
+			Labels:      labels,
+			Annotations: annotations,
 		},
 		Spec: *sp.Spec.Pod.DeepCopy(),
 	}
@@ -651,29 +664,24 @@ func (r *Reconciler) desiredPod(sp *offloadingv1alpha1.ShadowPod) (*corev1.Pod, 
 	return pod, nil
 }
 
-func desiredLabels(sp *offloadingv1alpha1.ShadowPod) map[string]string {
-	l := make(map[string]string, len(sp.Spec.PodLabels)+1)
-	maps.Copy(l, sp.Spec.PodLabels)
-	l[offloadingv1alpha1.LabelShadowPod] = sp.Name
-	return l
-}
-
-// syncMetadata adds the ShadowPod's labels and annotations to pod.
+// syncMetadata adds the ShadowPod's labels and annotations that its pod
+// may carry (podMetadata) to pod.
 func (r *Reconciler) syncMetadata(ctx context.Context, sp *offloadingv1alpha1.ShadowPod, pod *corev1.Pod) error {
-	wantLabels := desiredLabels(sp)
-	if hasAll(pod.Labels, wantLabels) && hasAll(pod.Annotations, sp.Spec.PodAnnotations) {
+	wantLabels, wantAnnotations, dropped := r.podMetadata(sp)
+	if hasAll(pod.Labels, wantLabels) && hasAll(pod.Annotations, wantAnnotations) {
 		return nil
 	}
+	r.reportDropped(ctx, sp, dropped)
 	orig := pod.DeepCopy()
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
 	}
 	maps.Copy(pod.Labels, wantLabels)
-	if len(sp.Spec.PodAnnotations) > 0 {
+	if len(wantAnnotations) > 0 {
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
 		}
-		maps.Copy(pod.Annotations, sp.Spec.PodAnnotations)
+		maps.Copy(pod.Annotations, wantAnnotations)
 	}
 	if err := r.client.Patch(ctx, pod, client.MergeFrom(orig)); err != nil {
 		return fmt.Errorf("update pod labels and annotations: %w", err)
@@ -713,6 +721,25 @@ func (r *Reconciler) refuse(ctx context.Context, sp *offloadingv1alpha1.ShadowPo
 		r.recorder.Eventf(sp, nil, corev1.EventTypeWarning, reason, "Refuse", "%s", msg)
 	}
 	return nil
+}
+
+// reportDropped records a Warning Event on sp naming the labels and
+// annotations of its spec that its pod does not carry, if any.
+func (r *Reconciler) reportDropped(ctx context.Context, sp *offloadingv1alpha1.ShadowPod, dropped []string) {
+	if len(dropped) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("not put on the pod: %s (this provider lets tenant pods carry keys without a domain and those of the domains %s for labels, %s for annotations: --tenant-pod-label-domains, --tenant-pod-annotation-domains)",
+		strings.Join(dropped, ", "), domainList(r.opts.PodLabelDomains), domainList(r.opts.PodAnnotationDomains))
+	ctrl.LoggerFrom(ctx).V(1).Info("Left out labels and annotations", "dropped", dropped)
+	r.recorder.Eventf(sp, nil, corev1.EventTypeWarning, ReasonMetadataDropped, "Create", "%s", podstatus.Truncate(msg, podstatus.MaxMessage))
+}
+
+func domainList(domains []string) string {
+	if len(domains) == 0 {
+		return "(none)"
+	}
+	return strings.Join(domains, ",")
 }
 
 // setStatus patches sp's status to want when it differs.

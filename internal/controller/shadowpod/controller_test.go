@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -609,6 +610,47 @@ func TestQuotaUsageBound(t *testing.T) {
 	}
 	if diff := cmp.Diff(rl(t, "cpu=1500m,pods=1"), r.admitted[client.ObjectKeyFromObject(f)].requests, cmpRL); diff != "" {
 		t.Errorf("admission counted for (-want +got):\n%s", diff)
+	}
+}
+
+// TestRefusedCreationLeavesCountsAlone: a pod whose creation fails after it
+// was admitted (the API server refuses it) no longer counts, and the usage
+// bound that counted it is recounted from the pods: a refused object leaves
+// every count as it was. Before, the bound kept it, so a request the API
+// server refused (a negative one, before Validate checked quantities)
+// lowered the bound, and the admissions after it were checked against room
+// that did not exist.
+func TestRefusedCreationLeavesCountsAlone(t *testing.T) {
+	ctx := context.Background()
+	objs := []client.Object{remoteNS(ns, "alpha"), slice(t, "peering", "alpha", corev1alpha1.ResourceSliceAccepted, "cpu=4,memory=8Gi,pods=10")}
+	a, refusedSP := shadowPod(t, ns, "a", "cpu=3"), shadowPod(t, ns, "refused", "cpu=500m")
+	b := shadowPod(t, ns, "b", "cpu=3")
+	objs = append(objs, a, refusedSP, b)
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).Build()
+	r := New(c, events.NewFakeRecorder(10), Options{})
+	if msg, _, err := r.reserve(ctx, a, "alpha", PodRequests(&a.Spec.Pod)); msg != "" || err != nil {
+		t.Fatalf("reserve(a) = %q, %v", msg, err)
+	}
+	pod, err := r.desiredPod(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	r.settle(client.ObjectKeyFromObject(a), "alpha", pod)
+	// Admitted, then its creation failed: the bound must not keep it, nor
+	// anything it subtracted.
+	negative := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-8"), corev1.ResourcePods: resource.MustParse("1")}
+	if msg, _, err := r.reserve(ctx, refusedSP, "alpha", negative); msg != "" || err != nil {
+		t.Fatalf("reserve(refused) = %q, %v", msg, err)
+	}
+	r.settle(client.ObjectKeyFromObject(refusedSP), "alpha", nil)
+	if got := r.tenant("alpha").bound; got.used != nil {
+		t.Errorf("usage bound %v kept after a creation that failed", got.used)
+	}
+	if msg, _, err := r.reserve(ctx, b, "alpha", PodRequests(&b.Spec.Pod)); msg == "" || err != nil {
+		t.Errorf("reserve(b) = %q, %v; want a refusal: 3 CPUs in use of 4", msg, err)
 	}
 }
 

@@ -29,6 +29,14 @@ type Options struct {
 	// ResourceSlices do not name them: this cluster's own scheduling and
 	// quotas bound them. Any other resource a grant does not name is refused.
 	UnmeteredResources []corev1.ResourceName
+	// PodLabelDomains and PodAnnotationDomains are the domains of the
+	// prefixed label and annotation keys of spec.podLabels and
+	// spec.podAnnotations that a consumer's pods carry here (keys without
+	// a domain always do; see allowedKey). Other controllers of the
+	// provider act on prefixed keys (network plugins, meshes, policies
+	// selecting on labels): they are the provider's to allow.
+	PodLabelDomains      []string
+	PodAnnotationDomains []string
 	// PendingRequeue is how soon to look again while a previous pod of the
 	// same name is being deleted (DefaultPendingRequeue).
 	PendingRequeue time.Duration
@@ -40,12 +48,14 @@ type Options struct {
 }
 
 // DefaultOptions are the options of an agent started without flags: the
-// default requests are cpu=100m,memory=128Mi, nothing is unmetered.
+// default requests are cpu=100m,memory=128Mi, nothing is unmetered, pods
+// carry the labels of DefaultPodLabelDomains and no annotation with a
+// domain.
 func DefaultOptions() Options {
 	return Options{DefaultRequests: corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("100m"),
 		corev1.ResourceMemory: resource.MustParse("128Mi"),
-	}}
+	}, PodLabelDomains: slices.Clone(DefaultPodLabelDomains)}
 }
 
 // BindFlags registers --allow-privileged-shadowpods,
@@ -56,6 +66,10 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 		"let consumers run pods that use host namespaces, hostPath volumes, host ports, privileged containers, privilege escalation, capabilities beyond the runtime's defaults or unconfined security profiles (refused by default)")
 	fs.Var(&resourceListFlag{list: &o.DefaultRequests}, "tenant-default-requests",
 		`cpu and memory requests given to every container of a consumer's pod that neither requests nor limits them, before its quota check (for example "cpu=100m,memory=128Mi"); empty: none, and BestEffort pods take nothing from the consumer's quota but a pod`)
+	fs.StringSliceVar(&o.PodLabelDomains, "tenant-pod-label-domains", o.PodLabelDomains,
+		`comma-separated domains whose label keys (DOMAIN/name, and those of its subdomains) a consumer's pods may carry here; keys without a domain always may, annex.dev keys never; the others are left out of the pod, with a Warning Event MetadataDropped on its ShadowPod`)
+	fs.StringSliceVar(&o.PodAnnotationDomains, "tenant-pod-annotation-domains", o.PodAnnotationDomains,
+		`comma-separated domains whose annotation keys a consumer's pods may carry here (network plugins, meshes and other controllers act on annotations: none by default); keys without a domain always may, annex.dev keys never`)
 	fs.Var(&resourceNamesFlag{names: &o.UnmeteredResources}, "tenant-unmetered-resources",
 		`comma-separated resources (other than cpu, memory and pods) that consumers' pods may request although their accepted ResourceSlices do not grant them, left to this cluster's own scheduling and quotas (for example "ephemeral-storage"); a pod requesting any other resource its consumer was not granted is refused`)
 }

@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/annexhq/annex/internal/controller/resourceslice"
 )
 
 // quotaResources are always checked: a consumer whose accepted ResourceSlices
@@ -47,24 +49,42 @@ func PodRequests(spec *corev1.PodSpec) corev1.ResourceList {
 		// valid pod, and never less than what runs.
 		maxInto(sum, containerRequests(&corev1.Container{Resources: *spec.Resources}))
 	}
-	add(sum, spec.Overhead)
+	for name, q := range spec.Overhead {
+		add(sum, corev1.ResourceList{name: canonical(name, q)})
+	}
 	sum[corev1.ResourcePods] = *resource.NewQuantity(1, resource.DecimalSI)
 	return sum
 }
 
 // containerRequests returns c's requests, a limit standing in for a missing
-// request.
+// request, each in its canonical unit (canonical).
 func containerRequests(c *corev1.Container) corev1.ResourceList {
-	out := c.Resources.Requests.DeepCopy()
-	if out == nil {
-		out = corev1.ResourceList{}
+	out := corev1.ResourceList{}
+	for name, q := range c.Resources.Requests {
+		out[name] = canonical(name, q)
 	}
 	for name, q := range c.Resources.Limits {
 		if _, ok := out[name]; !ok {
-			out[name] = q.DeepCopy()
+			out[name] = canonical(name, q)
 		}
 	}
 	return out
+}
+
+// canonical returns q rounded up to the unit the scheduler and the kubelet
+// count name in: whole millicores for cpu, whole units (bytes, pods,
+// devices) for everything else. A request of 1n CPU takes 1m of a node;
+// counted as 1n, a thousand such pods would take a whole CPU while the
+// grant saw a millionth of one. A quantity CheckQuantity refuses is left as
+// it is (rounding it could overflow); it is never admitted.
+func canonical(name corev1.ResourceName, q resource.Quantity) resource.Quantity {
+	if resourceslice.CheckQuantity(q) != "" {
+		return q.DeepCopy()
+	}
+	if name == corev1.ResourceCPU {
+		return *resource.NewMilliQuantity(q.MilliValue(), resource.DecimalSI)
+	}
+	return *resource.NewQuantity(q.Value(), q.Format)
 }
 
 // Grant is what a consumer may use on this provider.

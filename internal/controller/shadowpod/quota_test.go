@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
+
+	"github.com/annexhq/annex/internal/agent"
 )
 
 // rl parses "cpu=1,memory=1Gi" ("" is an empty list).
@@ -74,6 +76,9 @@ func TestPodRequests(t *testing.T) {
 			Resources:  &corev1.ResourceRequirements{Requests: rl(t, "cpu=1,hugepages-2Mi=4Mi")},
 			Containers: []corev1.Container{container(t, "cpu=2", "hugepages-2Mi=2Mi")}},
 			want: "cpu=2,hugepages-2Mi=4Mi,pods=1"},
+		{name: "counted in the units the scheduler counts: whole millicores and bytes, rounded up", spec: corev1.PodSpec{
+			Containers: []corev1.Container{container(t, "cpu=1n,memory=0.5", ""), container(t, "cpu=1500u,example.com/dev=100m", "")}},
+			want: "cpu=3m,memory=1,example.com/dev=1,pods=1"},
 		{name: "extended resources and hugepages of limits-only containers count", spec: corev1.PodSpec{
 			Containers: []corev1.Container{container(t, "", "nvidia.com/gpu=1,hugepages-1Gi=2Gi,ephemeral-storage=1Gi")}},
 			want: "nvidia.com/gpu=1,hugepages-1Gi=2Gi,ephemeral-storage=1Gi,pods=1"},
@@ -82,6 +87,15 @@ func TestPodRequests(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(rl(t, tc.want), PodRequests(&tc.spec), cmpRL); diff != "" {
 				t.Errorf("PodRequests() (-want +got):\n%s", diff)
+			}
+			// The quota counts the pods of the agent's cache, trimmed
+			// (agent.TrimPod): the same.
+			cached, err := agent.TrimPod(&corev1.Pod{Spec: *tc.spec.DeepCopy()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(rl(t, tc.want), PodRequests(&cached.(*corev1.Pod).Spec), cmpRL); diff != "" {
+				t.Errorf("PodRequests() of the pod as the agent caches it (-want +got):\n%s", diff)
 			}
 		})
 	}

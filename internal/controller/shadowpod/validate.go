@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/resourceslice"
 )
 
 // SafeCapabilities are the Linux capabilities a consumer's container may add
@@ -63,6 +64,7 @@ func Validate(spec *offloadingv1alpha1.ShadowPodSpec, allowPrivileged bool) fiel
 	if pod.NodeName != "" {
 		errs = append(errs, field.Forbidden(root.Child("nodeName"), "must not be set: the provider's scheduler places the pod"))
 	}
+	errs = append(errs, validateQuantities(root, pod)...)
 	if allowPrivileged {
 		return errs
 	}
@@ -105,6 +107,50 @@ func Validate(spec *offloadingv1alpha1.ShadowPodSpec, allowPrivileged bool) fiel
 		if strings.HasPrefix(k, appArmorAnnotationPrefix) && spec.PodAnnotations[k] == "unconfined" {
 			errs = append(errs, field.Forbidden(field.NewPath("spec", "podAnnotations").Key(k), "an unconfined AppArmor profile: "+hint))
 		}
+	}
+	return errs
+}
+
+// validateQuantities checks every resource quantity of pod, before any is
+// counted against the consumer's grant: each request and limit of its
+// containers, init containers and pod-level resources must be a
+// non-negative quantity of at most resourceslice.MaxQuantity. The API server
+// refuses a negative request too, but only when the pod is created, after
+// the agent has counted it: a negative request counted as admitted would
+// lower the consumer's usage for every admission after it. spec.overhead is
+// never the tenant's to set: the RuntimeClass admission of the provider sets
+// it, from a RuntimeClass the provider allows. Nor is spec.resourceClaims:
+// devices allocated through dynamic resource allocation are not counted by
+// any grant.
+func validateQuantities(root *field.Path, pod *corev1.PodSpec) field.ErrorList {
+	var errs field.ErrorList
+	check := func(p *field.Path, l corev1.ResourceList) {
+		for _, name := range sortedNames(l) {
+			q := l[name]
+			if why := resourceslice.CheckQuantity(q); why != "" {
+				errs = append(errs, field.Invalid(p.Key(string(name)), q.String(), why))
+			}
+		}
+	}
+	for _, cs := range []struct {
+		path       *field.Path
+		containers []corev1.Container
+	}{{root.Child("initContainers"), pod.InitContainers}, {root.Child("containers"), pod.Containers}} {
+		for i := range cs.containers {
+			r := &cs.containers[i].Resources
+			check(cs.path.Index(i).Child("resources", "requests"), r.Requests)
+			check(cs.path.Index(i).Child("resources", "limits"), r.Limits)
+		}
+	}
+	if pod.Resources != nil {
+		check(root.Child("resources", "requests"), pod.Resources.Requests)
+		check(root.Child("resources", "limits"), pod.Resources.Limits)
+	}
+	if len(pod.ResourceClaims) > 0 {
+		errs = append(errs, field.Forbidden(root.Child("resourceClaims"), "dynamic resource allocation is not part of the grant: a tenant's pod may not claim devices on this provider"))
+	}
+	if len(pod.Overhead) > 0 {
+		errs = append(errs, field.Forbidden(root.Child("overhead"), "must not be set: the provider's RuntimeClass admission sets it"))
 	}
 	return errs
 }

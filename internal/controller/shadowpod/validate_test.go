@@ -5,6 +5,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
@@ -141,6 +143,24 @@ func TestValidate(t *testing.T) {
 				s.PodAnnotations = map[string]string{appArmorAnnotationPrefix + "app": "unconfined"}
 			}),
 			want: []string{"spec.podAnnotations[container.apparmor.security.beta.kubernetes.io/app]: Forbidden: an unconfined AppArmor profile" + h}},
+		{name: "quantities: negative, over 1P, overhead; refused even with --allow-privileged-shadowpods", allowPrivileged: true,
+			spec: base(func(s *offloadingv1alpha1.ShadowPodSpec) {
+				s.Pod.InitContainers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("-1Gi")}
+				s.Pod.Containers[0].Resources.Requests = corev1.ResourceList{
+					corev1.ResourceCPU: resource.MustParse("-500m"), corev1.ResourceMemory: resource.MustParse("1Gi"), "example.com/dev": resource.MustParse("2E")}
+				s.Pod.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-1")}}
+				s.Pod.Overhead = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+			}),
+			want: []string{
+				`spec.pod.initContainers[0].resources.limits[memory]: Invalid value: "-1Gi": is negative`,
+				`spec.pod.containers[0].resources.requests[cpu]: Invalid value: "-500m": is negative`,
+				`spec.pod.containers[0].resources.requests[example.com/dev]: Invalid value: "2E": is over 1P, the most any quantity may be`,
+				`spec.pod.resources.requests[cpu]: Invalid value: "-1": is negative`,
+				"spec.pod.overhead: Forbidden: must not be set: the provider's RuntimeClass admission sets it",
+			}},
+		{name: "quantities at the bounds", spec: base(app(func(c *corev1.Container) {
+			c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0"), corev1.ResourceMemory: resource.MustParse("1P")}
+		}))},
 		{name: "everything allowed by --allow-privileged-shadowpods", allowPrivileged: true,
 			spec: base(appSC(func(sc *corev1.SecurityContext) {
 				sc.Privileged = ptr.To(true)
@@ -160,5 +180,37 @@ func TestValidate(t *testing.T) {
 				t.Errorf("Validate() (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestPodMetadata: a tenant's pod carries its keys without a domain and
+// those of the allowed domains and their subdomains, never annex.dev's; the
+// rest are reported.
+func TestPodMetadata(t *testing.T) {
+	r := New(nil, nil, Options{PodLabelDomains: DefaultPodLabelDomains, PodAnnotationDomains: []string{"example.com"}})
+	sp := &offloadingv1alpha1.ShadowPod{ObjectMeta: metav1.ObjectMeta{Name: "web-1"}, Spec: offloadingv1alpha1.ShadowPodSpec{
+		PodLabels: map[string]string{
+			"app": "web", "app.kubernetes.io/name": "web", "statefulset.kubernetes.io/pod-name": "web-1",
+			"networking.example.org/role": "admin", "annex.dev/shadowpod": "other", "sub.helm.sh/chart": "x",
+			"helm.sh.evil.io/chart": "x",
+		},
+		PodAnnotations: map[string]string{
+			"note": "hi", "team.example.com/owner": "a", "k8s.v1.cni.cncf.io/networks": "macvlan",
+			"cni.projectcalico.org/ipAddrs": `["10.0.0.1"]`, "sidecar.istio.io/inject": "true", "annex.dev/x": "y",
+		},
+	}}
+	labels, annotations, dropped := r.podMetadata(sp)
+	want := map[string]string{"app": "web", "app.kubernetes.io/name": "web", "statefulset.kubernetes.io/pod-name": "web-1",
+		"sub.helm.sh/chart": "x", offloadingv1alpha1.LabelShadowPod: "web-1"}
+	if diff := cmp.Diff(want, labels); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"note": "hi", "team.example.com/owner": "a"}, annotations); diff != "" {
+		t.Errorf("annotations (-want +got):\n%s", diff)
+	}
+	wantDropped := []string{"label annex.dev/shadowpod", "label helm.sh.evil.io/chart", "label networking.example.org/role",
+		"annotation annex.dev/x", "annotation cni.projectcalico.org/ipAddrs", "annotation k8s.v1.cni.cncf.io/networks", "annotation sidecar.istio.io/inject"}
+	if diff := cmp.Diff(wantDropped, dropped); diff != "" {
+		t.Errorf("dropped (-want +got):\n%s", diff)
 	}
 }
