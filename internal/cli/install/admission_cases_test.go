@@ -171,6 +171,37 @@ func podCases() []podCase {
 		{name: "postStart hook with a host", mutate: func(s *corev1.PodSpec) {
 			s.Containers[0].Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{HTTPGet: httpGet("10.0.0.2").HTTPGet}}
 		}, want: "annex-tenant-pods: spec.containers[nginx].lifecycle.postStart.httpGet.host 10.0.0.2"},
+		{name: "volumes of the default types", mutate: func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{
+				{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "conf", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}}},
+				{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}},
+				{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+					{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}}}}}},
+				{Name: "all", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}},
+					{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}},
+			}
+		}},
+		{name: "persistentVolumeClaim volume", mutate: func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+		}, want: `annex-tenant-pods: spec.volumes: data (persistentVolumeClaim) not allowed by this provider (allowedVolumeTypes in ConfigMap annex-system/annex-provider-policy: "emptyDir,configMap,secret,projected,downwardAPI")`},
+		{name: "ephemeral volume", mutate: func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+				VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}}}}}
+		}, want: "annex-tenant-pods: spec.volumes: scratch (ephemeral) not allowed"},
+		{name: "NFS and CSI volumes beside an emptyDir", mutate: func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{
+				{Name: "ok", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "share", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "10.0.0.9", Path: "/"}}},
+				{Name: "inline", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "example.csi.k8s.io"}}},
+			}
+		}, want: "annex-tenant-pods: spec.volumes: share (nfs), inline (csi) not allowed"},
+		{name: "hostPath volume", mutate: func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+		}, want: "annex-tenant-pods: spec.volumes: root (hostPath) not allowed"},
 		{name: "startup probe of a sidecar init container", mutate: func(s *corev1.PodSpec) {
 			sidecar(s, func(c *corev1.Container) { c.StartupProbe = &corev1.Probe{ProbeHandler: tcpSocket("10.0.0.3")} })
 		}, want: "annex-tenant-pods: spec.initContainers[proxy].startupProbe.tcpSocket.host 10.0.0.3"},
@@ -304,6 +335,27 @@ func shadowPodCases() []shadowPodCase {
 		{name: "bad annotation key", mutate: func(sp *offloadingv1alpha1.ShadowPod) {
 			sp.Spec.PodAnnotations["Example.com/x"] = "y"
 		}, want: `annex-tenant-shadowpods: spec.podAnnotations: key "Example.com/x" is not a valid annotation key`},
+		{name: "quantities at the bounds", mutate: func(sp *offloadingv1alpha1.ShadowPod) {
+			sp.Spec.Pod.Containers[0].Resources = corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1P")}}
+		}},
+		{name: "negative cpu request", mutate: func(sp *offloadingv1alpha1.ShadowPod) {
+			sp.Spec.Pod.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-1")}
+		}, want: "annex-tenant-shadowpods: spec.pod.containers[nginx].resources.requests[cpu] -1: every request and limit must be a quantity of at least 0 and at most 1P"},
+		{name: "init container limit over 1P", mutate: func(sp *offloadingv1alpha1.ShadowPod) {
+			sp.Spec.Pod.InitContainers = []corev1.Container{{Name: "init", Image: "busybox", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{"example.com/dev": resource.MustParse("2E")}}}}
+		}, want: "annex-tenant-shadowpods: spec.pod.initContainers[init].resources.limits[example.com/dev] 2E"},
+		{name: "negative pod-level request", mutate: func(sp *offloadingv1alpha1.ShadowPod) {
+			sp.Spec.Pod.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("-1Gi")}}
+		}, want: "annex-tenant-shadowpods: spec.pod.resources.requests[memory] -1Gi"},
+		{name: "resource claims", mutate: func(sp *offloadingv1alpha1.ShadowPod) {
+			sp.Spec.Pod.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: new("gpu")}}
+		}, want: "annex-tenant-shadowpods: spec.pod.resourceClaims must be empty"},
+		{name: "overhead", mutate: func(sp *offloadingv1alpha1.ShadowPod) {
+			sp.Spec.Pod.Overhead = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-1")}
+		}, want: "annex-tenant-shadowpods: spec.pod.overhead must not be set"},
 		{name: "annotations over 256 KiB", update: true, mutate: bigAnnotations,
 			want: "annex-tenant-shadowpods: spec.podAnnotations are 307"},
 	}

@@ -205,6 +205,9 @@ func TestTenantPodsParams(t *testing.T) {
 		{name: "runtime class allowed", pod: "runtime class", data: map[string]string{PolicyKeyRuntimeClasses: testRuntimeClass}},
 		{name: "scheduler allowed", pod: "scheduler", data: map[string]string{PolicyKeySchedulerNames: "greedy"}},
 		{name: "default scheduler without allowedSchedulerNames", pod: "default scheduler named", data: map[string]string{}},
+		{name: "persistentVolumeClaim allowed", pod: "persistentVolumeClaim volume", data: map[string]string{PolicyKeyVolumeTypes: "emptyDir, persistentVolumeClaim"}},
+		{name: "emptyDir no longer allowed", pod: "volumes of the default types", data: map[string]string{PolicyKeyVolumeTypes: "configMap,secret,projected,downwardAPI"},
+			want: `spec.volumes: scratch (emptyDir) not allowed`},
 		{name: "every taint stays refused", pod: "toleration of every taint", data: map[string]string{PolicyKeyTolerationKeys: ",node.kubernetes.io/not-ready,,node.kubernetes.io/unreachable"},
 			want: `"" (tolerates every taint)`},
 		{name: "empty list allows nothing", pod: "kwok sandbox pod", data: map[string]string{PolicyKeyTolerationKeys: ""},
@@ -273,7 +276,7 @@ func TestTenantShadowPodsPolicy(t *testing.T) {
 // ConfigMap and refuses everything without it.
 func TestTenantPolicyShapes(t *testing.T) {
 	policies, bindings := tenantPolicies(t)
-	if got, want := len(policies), 4; got != want {
+	if got, want := len(policies), 10; got != want {
 		t.Errorf("%d tenant policies, want %d", got, want)
 	}
 	wantSelector := &metav1.LabelSelector{
@@ -289,7 +292,7 @@ func TestTenantPolicyShapes(t *testing.T) {
 				t.Errorf("failurePolicy %v, want Fail", p.Spec.FailurePolicy)
 			}
 			want := wantSelector
-			if name == "annex-tenant-namespace" {
+			if name == "annex-tenant-namespace" || name == "annex-tenant-namespace-metadata" {
 				// The tenant namespaces themselves (internal/cli/peer).
 				want = &metav1.LabelSelector{MatchLabels: map[string]string{"annex.dev/managed-by": "annex", "annex.dev/tenant": "true"}}
 			}
@@ -335,6 +338,10 @@ func TestProviderPolicyDefaults(t *testing.T) {
 		"allowedPriorityClasses": "",
 		"allowedRuntimeClasses":  "",
 		"allowedSchedulerNames":  "default-scheduler",
+		"allowedVolumeTypes":     "emptyDir,configMap,secret,projected,downwardAPI",
+		"tenantMaxMetadataBytes": "65536",
+		"tenantMaxDataBytes":     "262144",
+		"tenantMaxEventBytes":    "4096",
 	}
 	cm := providerPolicy(t)
 	if diff := cmp.Diff(want, cm.Data); diff != "" {
@@ -345,5 +352,44 @@ func TestProviderPolicyDefaults(t *testing.T) {
 	}
 	if got := providerPolicy(t, "a", "b").Data[PolicyKeyPriorityClasses]; got != "a,b" {
 		t.Errorf("priority classes %q, want a,b", got)
+	}
+}
+
+// TestTenantPodsProjections: a projected volume may carry ConfigMaps,
+// Secrets, the downward API and the pod's token, never a pod certificate or
+// a cluster trust bundle, whatever allowedVolumeTypes says. (Not among
+// podCases: the API server drops these sources when their feature gates are
+// off, and refuses the emptied projection before the policy sees it.)
+func TestTenantPodsProjections(t *testing.T) {
+	policies, _ := tenantPolicies(t)
+	p := compilePolicy(t, policies["annex-tenant-pods"])
+	for _, tc := range []struct {
+		name   string
+		source corev1.VolumeProjection
+		want   string
+	}{
+		{name: "downward API", source: corev1.VolumeProjection{DownwardAPI: &corev1.DownwardAPIProjection{}}},
+		{name: "Secret", source: corev1.VolumeProjection{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}}}},
+		{name: "cluster trust bundle", source: corev1.VolumeProjection{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{Path: "ca"}},
+			want: "annex-tenant-pods: spec.volumes: projected v: clusterTrustBundle: only configMap, secret, downwardAPI and serviceAccountToken sources may be projected"},
+		{name: "pod certificate", source: corev1.VolumeProjection{PodCertificate: &corev1.PodCertificateProjection{SignerName: "example.com/s", KeyType: "ED25519"}},
+			want: "annex-tenant-pods: spec.volumes: projected v: podCertificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: remoteNS}, Spec: kwokPodSpec()}
+			pod.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{tc.source}}}}}
+			checkRefusal(t, p.eval(t, "CREATE", toUnstructured(t, pod), nil, defaultParams(t)), tc.want)
+		})
+	}
+}
+
+// TestTenantPoliciesCompile: every expression of every tenant policy
+// compiles in the API server's CEL environment (those without a case of
+// their own here are exercised by TestTenantAdmission and the e2e attacks).
+func TestTenantPoliciesCompile(t *testing.T) {
+	policies, _ := tenantPolicies(t)
+	for name, p := range policies {
+		t.Run(name, func(t *testing.T) { compilePolicy(t, p) })
 	}
 }

@@ -28,6 +28,35 @@ const (
 	// default-scheduler (what an unset schedulerName becomes) is always
 	// allowed.
 	PolicyKeySchedulerNames = "allowedSchedulerNames"
+	// PolicyKeyVolumeTypes: the volume types (the name of a volume's
+	// source field, such as emptyDir) a tenant pod may use. Without the
+	// key (a ConfigMap written by an older install), the default list.
+	PolicyKeyVolumeTypes = "allowedVolumeTypes"
+
+	// PolicyKeyMaxMetadataBytes: the most bytes of labels, annotations,
+	// finalizers and owner references (keys and values) of an object a
+	// tenant writes in its remote namespaces (admission policy
+	// annex-tenant-metadata). A decimal count; missing or not a count:
+	// DefaultMaxMetadataBytes.
+	PolicyKeyMaxMetadataBytes = "tenantMaxMetadataBytes"
+	// PolicyKeyMaxDataBytes: the most bytes of a tenant's ConfigMap (data
+	// and binaryData) or Secret (data), keys and values, and of the
+	// endpoints and ports of its ShadowEndpointSlice (annex-tenant-configmaps,
+	// annex-tenant-secrets, annex-tenant-shadowendpointslices). Default
+	// DefaultMaxDataBytes.
+	PolicyKeyMaxDataBytes = "tenantMaxDataBytes"
+	// PolicyKeyMaxEventBytes: the most bytes of an Event a tenant writes: its
+	// strings, labels and annotations (annex-tenant-events). Default
+	// DefaultMaxEventBytes.
+	PolicyKeyMaxEventBytes = "tenantMaxEventBytes"
+)
+
+// The defaults of the byte bounds, used by the admission policies when the
+// provider policy ConfigMap lacks the key (one created by an older install).
+const (
+	DefaultMaxMetadataBytes = 64 << 10
+	DefaultMaxDataBytes     = 256 << 10
+	DefaultMaxEventBytes    = 4 << 10
 )
 
 // PolicyHelp documents the provider policy ConfigMap for `annexctl install --help`.
@@ -50,7 +79,21 @@ every tenant pod is refused.
   allowedRuntimeClasses   runtimeClassName values; default: none
   allowedSchedulerNames   schedulerName values (default-scheduler always is)
                           default: default-scheduler
+  allowedVolumeTypes      volume types (the source field: emptyDir, csi, ...)
+                          default: emptyDir,configMap,secret,projected,downwardAPI
+                          (persistentVolumeClaim and ephemeral volumes make
+                          this cluster provision storage no grant counts)
+The tenantMax*Bytes keys bound what a tenant stores per object in its remote
+namespaces (a decimal number of bytes; a missing key means its default):
+  tenantMaxMetadataBytes  labels, annotations, finalizers and owner references
+                          of every object; default: 65536 (64 KiB)
+  tenantMaxDataBytes      data and binaryData of a ConfigMap, data of a Secret,
+                          endpoints and ports of a ShadowEndpointSlice;
+                          default: 262144 (256 KiB)
+  tenantMaxEventBytes     everything an Event holds (strings, labels and
+                          annotations); default: 4096 (4 KiB)
 Whatever the ConfigMap says, tenant pods may not use pod (anti-)affinity
-across namespaces nor probes or lifecycle handlers with a host, tenant
+across namespaces, projected sources other than configMap, secret,
+downwardAPI and serviceAccountToken, nor probes or lifecycle handlers with a host, tenant
 Services are ClusterIP or headless without external exposure, and a
 ShadowPod's pod spec is immutable (docs/security.md).`
