@@ -107,8 +107,8 @@ func shadowPodRefused(ctx context.Context, admin client.Client, key client.Objec
 func TestHostileConsumer(t *testing.T) {
 	alpha, beta := env.clusters[0], env.clusters[1]
 	ctx := context.Background()
-	installAndRunAgent(t, alpha, "alpha")
-	installAndRunAgent(t, beta, "beta")
+	alphaAgent := installAndRunAgent(t, alpha, "alpha")
+	betaAgent := installAndRunAgent(t, beta, "beta")
 	peer(t, alpha, beta)
 	t.Cleanup(func() {
 		if out, err := annexctl(t, "unpeer", "--kubeconfig", alpha.KubeconfigPath(), "--remote-kubeconfig", beta.KubeconfigPath()); err != nil {
@@ -128,6 +128,11 @@ func TestHostileConsumer(t *testing.T) {
 	})
 	tenant := tenantClient(t, ca, "beta")
 	tenantNS := corev1alpha1.TenantNamespaceName("alpha")
+	// A hostile consumer runs no agent: alpha's would delete the
+	// ShadowPods it does not know, and so hide a provider that lets them
+	// run. It is started again for the unpeering.
+	alphaAgent.kill(t)
+	defer alphaAgent.start(t)
 
 	// The provider's own workload and another tenant's: they must come
 	// through untouched.
@@ -179,6 +184,9 @@ func TestHostileConsumer(t *testing.T) {
 		{"Service with a load-balancer annotation", createRefused(svc("lba", func(s *corev1.Service) {
 			s.Annotations = map[string]string{"service.beta.kubernetes.io/aws-load-balancer-internal": "false"}
 		}), "")},
+		{"Service that picks its own cluster IP", func() error {
+			return clusterIPNotChosen(ctx, tenant, cb, remoteNS, beta.ServiceCIDR())
+		}},
 		{"endpoints at the provider's node, its own pod, another tenant's pod and the metadata service", func() error {
 			return endpointsConfined(ctx, t, tenant, cb, remoteNS, []string{nodeIP, own.Status.PodIP, other.Status.PodIP, "169.254.169.254", "127.0.0.1"})
 		}},
@@ -223,6 +231,10 @@ func TestHostileConsumer(t *testing.T) {
 		{"privileged container", spRefused("privileged", func(p *corev1.PodSpec) {
 			p.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
 		})},
+		{"labels and annotations other controllers act on", func() error { return metadataConfined(ctx, tenant, cb, remoteNS) }},
+		{"a claim of a device through dynamic resource allocation", spRefused("dra", func(p *corev1.PodSpec) {
+			p.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("gpu")}}
+		})},
 		{"hostPath volume", spRefused("hostpath", func(p *corev1.PodSpec) {
 			p.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
 		})},
@@ -245,6 +257,81 @@ func TestHostileConsumer(t *testing.T) {
 				cpu.Add(n.Status.Allocatable[corev1.ResourceCPU])
 			}
 			return secondSliceDenied(ctx, tenant, cb, tenantNS, cpu)
+		}},
+
+		// The grant, attacked without the consumer's agent.
+		{"ShadowPods that each fit the grant, together twice over it", func() error {
+			return burstOverGrant(ctx, tenant, cb, remoteNS, "burst", 4)
+		}},
+		{"the same right after the provider's agent restarted", func() error {
+			betaAgent.kill(t)
+			betaAgent.start(t)
+			return burstOverGrant(ctx, tenant, cb, remoteNS, "restarted", 4)
+		}},
+		{"a ShadowPod with a negative CPU request", spRefused("negative-cpu", func(p *corev1.PodSpec) {
+			p.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("-8")
+		})},
+		{"a ShadowPod with a negative memory limit", spRefused("negative-memory", func(p *corev1.PodSpec) {
+			p.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("-1Gi")}
+		})},
+		{"a ShadowPod whose init container requests 2P CPU", spRefused("huge-init", func(p *corev1.PodSpec) {
+			p.InitContainers = []corev1.Container{{Name: "i", Image: "busybox", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2P")}}}}
+		})},
+		{"a ShadowPod that sets its own overhead", spRefused("overhead", func(p *corev1.PodSpec) {
+			p.Overhead = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("-1")}
+		})},
+		{"a ShadowPod whose negative request is counted before the burst", func() error {
+			// Refused at the door; were it counted, the burst after it
+			// would fit in room that does not exist.
+			if err := spRefused("negative-first", func(p *corev1.PodSpec) {
+				p.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("-100")
+			})(); err != nil {
+				return err
+			}
+			return burstOverGrant(ctx, tenant, cb, remoteNS, "after-negative", 4)
+		}},
+		{"a ResourceSlice with a negative CPU quantity", func() error {
+			return negativeSliceRefused(ctx, tenant, tenantNS, "negative", "-100")
+		}},
+		{"a ResourceSlice for 2P CPU", func() error {
+			return negativeSliceRefused(ctx, tenant, tenantNS, "huge", "2P")
+		}},
+
+		// Volumes that the node mounts from the network or that the
+		// provider would provision.
+		{"a persistentVolumeClaim volume", spRefused("pvc", func(p *corev1.PodSpec) {
+			p.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+		})},
+		{"an ephemeral volume the provider would provision", spRefused("ephemeral-volume", func(p *corev1.PodSpec) {
+			p.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+				VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+						corev1.ResourceStorage: resource.MustParse("100Gi")}}}}}}}}
+		})},
+		{"an NFS volume mounted by the node", spRefused("nfs", func(p *corev1.PodSpec) {
+			p.Volumes = []corev1.Volume{{Name: "nfs", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{
+				Server: "169.254.169.254", Path: "/"}}}}
+		})},
+		{"an iSCSI volume", spRefused("iscsi", func(p *corev1.PodSpec) {
+			p.Volumes = []corev1.Volume{{Name: "disk", VolumeSource: corev1.VolumeSource{ISCSI: &corev1.ISCSIVolumeSource{
+				TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:storage", Lun: 0}}}}
+		})},
+		{"a CSI inline volume", spRefused("csi", func(p *corev1.PodSpec) {
+			p.Volumes = []corev1.Volume{{Name: "csi", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "secrets-store.csi.k8s.io"}}}}
+		})},
+
+		// Storage: sizes and counts.
+		{"a ConfigMap of 1 MiB", func() error { return configMapOfOneMiBRefused(ctx, tenant, remoteNS) }},
+		{"a Secret over the bound", func() error { return secretOverTheBoundRefused(ctx, tenant, remoteNS) }},
+		{"annotations over the bound on a Service", func() error { return annotationsOverTheBoundRefused(ctx, tenant, remoteNS) }},
+		{"an Event flood", func() error { return eventsRefused(ctx, tenant, cb, remoteNS) }},
+
+		// The heartbeat Lease is judged on the provider's clock.
+		{"heartbeat renewTime a year ahead, leaseDurationSeconds of ten years, another holderIdentity, annotations saying no fence", func() error {
+			return heartbeatFromTheFuture(ctx, tenant, cb, tenantNS)
 		}},
 
 		// Namespace squatting and the tenant namespace.
@@ -288,7 +375,7 @@ func TestHostileConsumer(t *testing.T) {
 			}
 		})
 	}
-	if len(attempts) < 25 {
+	if len(attempts) < 54 {
 		t.Errorf("only %d attempts", len(attempts))
 	}
 
@@ -624,4 +711,9 @@ func TestHostileProvider(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Lies about what the peering agreed (attack_provider_test.go): a grant
+	// above the request, and ranges other than the link's.
+	providerGrantInflated(ctx, t, ca, cb, "alpha", "beta")
+	providerRangesMoved(ctx, t, alpha, beta, ca, cb, "beta")
 }
