@@ -343,8 +343,8 @@ func tenantAtItsMaximum(ctx context.Context, t *testing.T, c *cli.Cluster, admin
 			cachedObjects++
 		}
 	}
-	t.Logf("the agent's cache holds %d bytes of the tenant's %d Secrets and ConfigMaps (the API server stores %d bytes of them, %d in all); its heap grew by %d bytes while its cache synced",
-		cached, cachedObjects, stored["ConfigMap"]+stored["Secret"], total, int64(after.HeapAlloc)-int64(before.HeapAlloc))
+	t.Logf("the agent's cache holds %d bytes of the tenant's %d Secrets and ConfigMaps (the API server stores %d bytes of them, %d in all); its heap went from %d to %d bytes while its cache synced",
+		cached, cachedObjects, stored["ConfigMap"]+stored["Secret"], total, before.HeapAlloc, after.HeapAlloc)
 	if cachedObjects < 2*objects {
 		t.Errorf("the agent's cache holds %d of the tenant's Secrets and ConfigMaps, want %d", cachedObjects, 2*objects)
 	}

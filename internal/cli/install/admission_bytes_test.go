@@ -34,9 +34,6 @@ type bytesCase struct {
 	name string
 	obj  func(ns string) client.Object
 	want string
-	// apiRefuses: the API server's own validation refuses it before any
-	// policy (a ConfigMap over 1 MiB).
-	apiRefuses bool
 }
 
 func bytesConfigMap(ns, name string, data map[string]string, binary map[string][]byte) *corev1.ConfigMap {
