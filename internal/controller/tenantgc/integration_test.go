@@ -104,7 +104,16 @@ func TestIntegrationHeartbeatFromTheFuture(t *testing.T) {
 	if took := time.Since(started); took < grace {
 		t.Errorf("tenant removed %s after the agent started, before the grace period (%s)", took, grace)
 	}
-	if err := c.Get(ctx, client.ObjectKey{Name: "alpha"}, &corev1alpha1.ForeignCluster{}); client.IgnoreNotFound(err) != nil || err == nil {
-		t.Errorf("ForeignCluster alpha: %v, want it removed", err)
-	}
+	// The ForeignCluster goes after the namespaces and the network link.
+	clustertest.Eventually(t, 20*time.Second, "ForeignCluster alpha removed", func() error {
+		fc := &corev1alpha1.ForeignCluster{}
+		err := c.Get(ctx, client.ObjectKey{Name: "alpha"}, fc)
+		switch {
+		case err != nil:
+			return client.IgnoreNotFound(err)
+		case fc.DeletionTimestamp != nil:
+			return nil
+		}
+		return errors.New("still there")
+	})
 }
