@@ -59,7 +59,9 @@
 // local pod being deleted. A pod that did get one knows it by its
 // Offloaded=True condition, which no status write takes back while the pod
 // has no ShadowPod (only a pending creation or a lost remote namespace
-// does).
+// does). A remote namespace counts as lost only once the virtual node has
+// set its offloaded namespaces (SetNamespaces): a virtual node starts its
+// reflector first, and until then no namespace is known either way.
 //
 // # Distrust of the provider
 //

@@ -93,11 +93,15 @@ type Reflector struct {
 	// unreachableSince is when the provider was last found unreachable.
 	unreachableSince time.Time
 	namespaces       map[string]string // local namespace -> remote namespace (Ready ones)
-	virtualLabels    map[string]string // VirtualNode.spec.labels
-	sess             *session
-	pending          map[string]pendingCreate
-	deps             seenDependencies // ConfigMaps and Secrets seen on the provider
-	seen             map[string]seenShadow
+	// namespacesSet: SetNamespaces was called once. Until then (a virtual
+	// node just started, its reconciler not done yet) a namespace missing
+	// from namespaces says nothing.
+	namespacesSet bool
+	virtualLabels map[string]string // VirtualNode.spec.labels
+	sess          *session
+	pending       map[string]pendingCreate
+	deps          seenDependencies // ConfigMaps and Secrets seen on the provider
+	seen          map[string]seenShadow
 	// deleted holds the UID of each local pod the reflector deleted for
 	// good (grace period 0) that the informer may still show: a sync of it
 	// before the informer's deletion event has nothing left to do.
@@ -354,6 +358,7 @@ func (r *Reflector) SetNamespaces(m map[string]string) {
 		}
 	}
 	r.namespaces = copyMap(m)
+	r.namespacesSet = true
 	if r.sess != nil {
 		r.syncWatchesLocked()
 	}
@@ -371,6 +376,14 @@ func (r *Reflector) remoteNamespace(ns string) (string, bool) {
 	defer r.mu.Unlock()
 	remote, ok := r.namespaces[ns]
 	return remote, ok
+}
+
+// namespacesKnown reports whether SetNamespaces was called: before, no
+// namespace is known to be offloaded or not.
+func (r *Reflector) namespacesKnown() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.namespacesSet
 }
 
 func (r *Reflector) statusContext() StatusContext {

@@ -1070,3 +1070,25 @@ func TestRemoteStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestNamespacesUnknownAfterStart: until its virtual node set its offloaded
+// namespaces, the reflector says nothing of a pod whose namespace it does
+// not know; after, a namespace that is not offloaded is one the pod lost.
+// (TestVirtualNodeIntegration failed once in CI: right after an agent
+// restart, a running pod was marked "no longer offloaded".)
+func TestNamespacesUnknownAfterStart(t *testing.T) {
+	pod := localPod("web", "uid-web")
+	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: ConditionOffloaded, Status: corev1.ConditionTrue})
+	r := &Reflector{}
+	out := pod.DeepCopy()
+	if r.desiredReachable("demo/web", pod, out, StatusContext{}) {
+		t.Fatalf("a status before the namespaces are known: %+v", out.Status.Conditions)
+	}
+	r.SetNamespaces(nil)
+	if !r.desiredReachable("demo/web", pod, out, StatusContext{}) {
+		t.Fatal("no status once the namespaces are known")
+	}
+	if c := getPodCondition(&out.Status, corev1.PodReady); c == nil || c.Reason != ReasonRemoteNamespaceNotReady {
+		t.Errorf("Ready %+v, want reason %s", c, ReasonRemoteNamespaceNotReady)
+	}
+}

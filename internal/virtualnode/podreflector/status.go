@@ -163,7 +163,10 @@ func lostNamespace(pod *corev1.Pod) bool {
 // that truth is not known yet.
 func (r *Reflector) desiredReachable(key string, pod, out *corev1.Pod, sc StatusContext) bool {
 	if _, mapped := r.remoteNamespace(pod.Namespace); !mapped {
-		if isFinished(pod) {
+		if isFinished(pod) || !r.namespacesKnown() {
+			// Right after the virtual node (re)started, its offloaded
+			// namespaces are not set yet: a pod that runs on the provider
+			// would be marked as having lost its namespace.
 			return false
 		}
 		msg := fmt.Sprintf("namespace %s has no Ready remote namespace on provider %s yet (NamespaceOffloading %s/offloading)",
