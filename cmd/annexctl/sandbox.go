@@ -47,7 +47,7 @@ this machine; nothing leaves it and the host's own namespace gets no address:
                         .3 (gamma); its annex-gateway runs there (log <dir>/<cluster>/gateway.log,
                         configuration <dir>/<cluster>/gateway/config.json, written by the agent)
   annex-sbx-<cluster>-<uid>
-                        a pod labelled annex.dev/sandbox-netns=true on a kwok node: eth0
+                        a pod labelled annex-sandbox-netns=true on a kwok node: eth0
                         with the pod's IP, default route via its router, an HTTP echo server
                         on port 8080 answering with its cluster and pod name
 The pods' namespaces are kept in step by a background 'annexctl sandbox pod-network'
@@ -74,7 +74,7 @@ clusters' API addresses to their node 0, so peer with the URL in
     --remote-server "$(cat <dir>/beta/peer-server)"`,
 		Example: `  sudo annexctl sandbox up --network
   sudo annexctl sandbox up --real-nodes --nodes 2
-  kubectl --kubeconfig ~/.annex/sandbox/gamma/kubeconfig label pod web-0 annex.dev/sandbox-netns=true
+  kubectl --kubeconfig ~/.annex/sandbox/gamma/kubeconfig label pod web-0 annex-sandbox-netns=true
   sudo annexctl sandbox curl gamma default/web-0 http://10.200.0.5:8080/`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -211,7 +211,7 @@ clusters' API addresses to their node 0, so peer with the URL in
 		Short: "GET a URL from inside a pod's network namespace (sandbox up --network)",
 		Long: `curl sends an HTTP GET from inside the network namespace of a pod of a sandbox
 started with --network, and prints the body. The pod must carry the label
-annex.dev/sandbox-netns=true and run on a kwok node of CLUSTER (an offloaded pod's
+annex-sandbox-netns=true and run on a kwok node of CLUSTER (an offloaded pod's
 namespace is on its provider cluster). Every such pod runs an echo server on port 8080
 that answers with JSON naming its cluster, namespace, pod, IP and the address the
 request came from. Use IP addresses in URL. Needs root.`,

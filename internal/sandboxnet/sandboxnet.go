@@ -72,8 +72,10 @@ type Echo struct {
 const EchoPort = 8080
 
 // LabelSandboxNetns, set to "true" on a pod, asks for a network namespace
-// for it (RunPods).
-const LabelSandboxNetns = "annex.dev/sandbox-netns"
+// for it (RunPods). The key has no domain: a provider puts on a tenant's
+// pod only label keys without a domain and those of the domains it allows
+// (never annex.dev's), and offloaded pods need it on their provider.
+const LabelSandboxNetns = "annex-sandbox-netns"
 
 // KwokNodeAnnotation marks the nodes kwok simulates; only pods bound to
 // such nodes get a namespace (pods on Annex's virtual nodes run elsewhere).

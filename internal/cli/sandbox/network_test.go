@@ -87,7 +87,7 @@ func TestStartProcess(t *testing.T) {
 func TestWhyNoNetns(t *testing.T) {
 	o := Options{Dir: t.TempDir()}
 	kwok := func(b bool) func() (bool, error) { return func() (bool, error) { return b, nil } }
-	labelled := map[string]string{"annex.dev/sandbox-netns": "true"}
+	labelled := map[string]string{"annex-sandbox-netns": "true"}
 	if got := whyNoNetns(o, labelled, "n", "10.0.0.1", kwok(true)); !strings.Contains(got, "without the network") {
 		t.Errorf("no network: %q", got)
 	}

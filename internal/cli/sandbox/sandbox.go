@@ -7,7 +7,7 @@
 // With --network (root only) the sandbox also gets a real-packet network
 // (internal/sandboxnet): a router network namespace per cluster running
 // annex-gateway, and a background `annexctl sandbox pod-network` process that
-// gives pods labelled annex.dev/sandbox-netns=true namespaces of their own
+// gives pods labelled annex-sandbox-netns=true namespaces of their own
 // with an echo server (`annexctl sandbox curl`).
 //
 // With --real-nodes (root only; realnodes.go) each cluster also gets a real
