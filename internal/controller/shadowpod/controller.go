@@ -332,7 +332,7 @@ func (r *Reconciler) create(ctx context.Context, sp *offloadingv1alpha1.ShadowPo
 	if errs := Validate(&sp.Spec, r.opts.AllowPrivileged); len(errs) > 0 {
 		return ctrl.Result{}, r.refuse(ctx, sp, offloadingv1alpha1.ReasonForbidden, errs.ToAggregate().Error())
 	}
-	pod, err := r.desiredPod(sp)
+	pod, dropped, err := r.desiredPod(sp)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -380,7 +380,6 @@ func (r *Reconciler) create(ctx context.Context, sp *offloadingv1alpha1.ShadowPo
 	}
 	r.settle(key, consumer, pod)
 	log.Info("Created pod")
-	_, _, dropped := r.podMetadata(sp)
 	r.reportDropped(ctx, sp, dropped)
 	if apiequality.Semantic.DeepEqual(sp.Status, offloadingv1alpha1.ShadowPodStatus{}) {
 		// Nothing to clear: a new pod has no final state to record.
@@ -645,9 +644,10 @@ func subtract(a, b corev1.ResourceList) corev1.ResourceList {
 }
 
 // desiredPod is the pod of sp: its spec, with the provider's default
-// requests applied.
-func (r *Reconciler) desiredPod(sp *offloadingv1alpha1.ShadowPod) (*corev1.Pod, error) {
-	labels, annotations, _ := r.podMetadata(sp)
+// requests applied; dropped are the labels and annotations it leaves out
+// (podMetadata).
+func (r *Reconciler) desiredPod(sp *offloadingv1alpha1.ShadowPod) (_ *corev1.Pod, dropped []string, _ error) {
+	labels, annotations, dropped := r.podMetadata(sp)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        sp.Name,
@@ -659,9 +659,9 @@ func (r *Reconciler) desiredPod(sp *offloadingv1alpha1.ShadowPod) (*corev1.Pod, 
 	}
 	ApplyDefaultRequests(&pod.Spec, r.opts.DefaultRequests)
 	if err := controllerutil.SetControllerReference(sp, pod, r.client.Scheme()); err != nil {
-		return nil, fmt.Errorf("set owner: %w", err)
+		return nil, nil, fmt.Errorf("set owner: %w", err)
 	}
-	return pod, nil
+	return pod, dropped, nil
 }
 
 // syncMetadata adds the ShadowPod's labels and annotations that its pod

@@ -525,7 +525,7 @@ func TestQuotaReservationInFlight(t *testing.T) {
 	if msg, retry, err := reserve(second); msg != "" || retry != 0 || err != nil {
 		t.Fatalf("reserve(second) after the first failed = %q, %v, %v; want it to fit", msg, retry, err)
 	}
-	pod, err := r.desiredPod(second)
+	pod, _, err := r.desiredPod(second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +568,7 @@ func TestQuotaUsageBound(t *testing.T) {
 		if msg, retry, err := r.reserve(ctx, sp, "alpha", PodRequests(&sp.Spec.Pod)); msg != "" || retry != 0 || err != nil {
 			t.Fatalf("reserve(%s) = %q, %v, %v", sp.Name, msg, retry, err)
 		}
-		pod, err := r.desiredPod(sp)
+		pod, _, err := r.desiredPod(sp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -599,7 +599,7 @@ func TestQuotaUsageBound(t *testing.T) {
 	if r.tenant("alpha").bound.used == nil {
 		t.Fatal("no usage bound after an admission")
 	}
-	stored, err := r.desiredPod(f)
+	stored, _, err := r.desiredPod(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -631,7 +631,7 @@ func TestRefusedCreationLeavesCountsAlone(t *testing.T) {
 	if msg, _, err := r.reserve(ctx, a, "alpha", PodRequests(&a.Spec.Pod)); msg != "" || err != nil {
 		t.Fatalf("reserve(a) = %q, %v", msg, err)
 	}
-	pod, err := r.desiredPod(a)
+	pod, _, err := r.desiredPod(a)
 	if err != nil {
 		t.Fatal(err)
 	}

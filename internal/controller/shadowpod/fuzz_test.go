@@ -160,7 +160,7 @@ func FuzzCounting(f *testing.F) {
 			if fails&(1<<i) != 0 {
 				r.settle(key, "alpha", nil)
 			} else {
-				pod, err := r.desiredPod(sp)
+				pod, _, err := r.desiredPod(sp)
 				if err != nil {
 					t.Fatal(err)
 				}
