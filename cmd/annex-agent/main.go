@@ -191,6 +191,7 @@ func run() error {
 	netView := netview.New(mgr.GetClient())
 	netView.SetLocalRanges(id.Prefixes()...)
 	remoteNSOpts.Reader = mgr.GetAPIReader()
+	remoteNSOpts.PodCIDR, _ = netip.ParsePrefix(id.PodCIDR) // none: no NetworkPolicies
 	vnOpts.PodIPTranslator = netView.PodIP
 	sent := &heartbeat.Sent{}
 	// One record of when each consumer's heartbeat was seen, on this

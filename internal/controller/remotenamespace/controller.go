@@ -57,6 +57,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -155,16 +156,18 @@ func New(c client.Client, recorder events.EventRecorder, opts Options) *Reconcil
 
 // CacheByObject restricts the manager's cache to what this controller needs
 // of the kinds it watches but does not own: only RoleBindings,
-// ResourceQuotas and LimitRanges labelled annex.dev/managed-by=annex.
+// ResourceQuotas, LimitRanges and NetworkPolicies labelled
+// annex.dev/managed-by=annex.
 // Passing it to the manager's cache options is optional (the controller
 // works on a full cache) and affects every reader of the manager's cache.
 func CacheByObject() map[client.Object]cache.ByObject {
 	managed, _ := labels.NewRequirement(corev1alpha1.LabelManagedBy, selection.Equals, []string{corev1alpha1.ManagedByAnnex})
 	sel := labels.NewSelector().Add(*managed)
 	return map[client.Object]cache.ByObject{
-		&rbacv1.RoleBinding{}:   {Label: sel},
-		&corev1.ResourceQuota{}: {Label: sel},
-		&corev1.LimitRange{}:    {Label: sel},
+		&rbacv1.RoleBinding{}:         {Label: sel},
+		&corev1.ResourceQuota{}:       {Label: sel},
+		&corev1.LimitRange{}:          {Label: sel},
+		&networkingv1.NetworkPolicy{}: {Label: sel},
 	}
 }
 
@@ -261,6 +264,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		recheck = again
 	}
 	if err := r.ensureLimitRange(ctx, ns.Name, consumer); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ensureNetworkPolicy(ctx, ns.Name, consumer); err != nil {
 		return ctrl.Result{}, err
 	}
 	if wait, err := r.awaitQuota(ctx, q); err != nil || wait {
@@ -724,9 +730,11 @@ func terminal(err error) bool {
 // (its replicas are looked up by name: a refused request is retried when the
 // namespace in the way disappears, a deleted replica's finalizer is removed
 // when its namespace is gone, changed labels are corrected), of a
-// RoleBinding "annex-consumer", and of the spec, labels or counted limits of
-// a ResourceQuota QuotaName or LimitRange LimitRangeName (not of the usage
-// the quota controller writes at every creation in the namespace).
+// RoleBinding "annex-consumer", of the spec, labels or counted limits of
+// a ResourceQuota QuotaName, LimitRange LimitRangeName or NetworkPolicy
+// NetworkPolicyName (not of the usage the quota controller writes at every
+// creation in the namespace), and of the addresses of the nodes (every
+// replica then: each remote namespace's NetworkPolicy keeps them out).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	err := mgr.GetFieldIndexer().IndexField(context.Background(), &offloadingv1alpha1.RemoteNamespace{}, indexRemoteNamespace,
 		func(o client.Object) []string {
@@ -771,17 +779,21 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}), builder.WithPredicates(isConsumerBinding)).
 		Watches(&corev1.ResourceQuota{}, policyRequests, builder.WithPredicates(policyChanged)).
 		Watches(&corev1.LimitRange{}, policyRequests, builder.WithPredicates(policyChanged)).
+		Watches(&networkingv1.NetworkPolicy{}, policyRequests, builder.WithPredicates(policyChanged)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allReplicas), builder.WithPredicates(nodeAddressesChanged)).
 		Complete(r)
 }
 
-// isPolicy reports whether o is a ResourceQuota or LimitRange of this
-// controller (by name: one that lost its labels is corrected too).
+// isPolicy reports whether o is a ResourceQuota, LimitRange or
+// NetworkPolicy of this controller (by name: one that lost its labels is corrected too).
 func isPolicy(o client.Object) bool {
 	switch o.(type) {
 	case *corev1.ResourceQuota:
 		return o.GetName() == QuotaName
 	case *corev1.LimitRange:
 		return o.GetName() == LimitRangeName
+	case *networkingv1.NetworkPolicy:
+		return o.GetName() == NetworkPolicyName
 	}
 	return false
 }
@@ -794,6 +806,8 @@ func policyOf(o client.Object) any {
 	case *corev1.ResourceQuota:
 		return []any{p.Spec, p.Status.Hard}
 	case *corev1.LimitRange:
+		return p.Spec
+	case *networkingv1.NetworkPolicy:
 		return p.Spec
 	}
 	return nil

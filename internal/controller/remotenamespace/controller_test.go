@@ -3,12 +3,14 @@ package remotenamespace
 import (
 	"context"
 	"maps"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -576,6 +578,7 @@ func TestPolicies(t *testing.T) {
 		WithStatusSubresource(&offloadingv1alpha1.RemoteNamespace{}).
 		WithObjects(tenant("alpha"), replica("web", "web-alpha")).Build()
 	r := New(c, events.NewFakeRecorder(10), Options{Clock: clocktesting.NewFakePassiveClock(now), MaxNamespacesPerTenant: 7,
+		PodCIDR:           netip.MustParsePrefix("10.200.0.0/16"),
 		TenantObjectQuota: corev1.ResourceList{ResourceRemoteNamespaces: resource.MustParse("14"), ResourceResourceSlices: resource.MustParse("20")}})
 	req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: tenantNS, Name: "web"}}
 	reconcileOnce := func() offloadingv1alpha1.RemoteNamespaceStatus {
@@ -618,6 +621,7 @@ func TestPolicies(t *testing.T) {
 	for _, o := range []client.Object{
 		&corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: "web-alpha", Name: QuotaName}},
 		&corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Namespace: "web-alpha", Name: LimitRangeName}},
+		&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "web-alpha", Name: NetworkPolicyName}},
 	} {
 		if err := c.Delete(ctx, o); err != nil {
 			t.Fatal(err)
@@ -639,6 +643,14 @@ func TestPolicies(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantLimitRange("web-alpha", DefaultRequests()), gotLimits, ignoreMeta, cmpopts.IgnoreTypes(metav1.TypeMeta{})); diff != "" {
 		t.Errorf("recreated LimitRange (-want +got):\n%s", diff)
+	}
+
+	gotPolicy := &networkingv1.NetworkPolicy{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: NetworkPolicyName}, gotPolicy); err != nil {
+		t.Fatalf("NetworkPolicy after its deletion: %v", err)
+	}
+	if diff := cmp.Diff(desiredNetworkPolicy("web-alpha", "alpha", r.opts.PodCIDR, []netip.Addr{}).Spec, gotPolicy.Spec); diff != "" {
+		t.Errorf("recreated NetworkPolicy (-want +got):\n%s", diff)
 	}
 
 	// The tenant namespace's quota, when the provider asks for one.

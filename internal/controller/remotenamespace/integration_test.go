@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -58,6 +60,7 @@ func TestIntegration(t *testing.T) {
 	opts := Options{
 		Reader:                 mgr.GetAPIReader(),
 		MaxNamespacesPerTenant: 2,
+		PodCIDR:                netip.MustParsePrefix("10.200.0.0/16"),
 		LimitRequeue:           time.Second,
 		ObjectQuota:            corev1.ResourceList{ResourceShadowPods: resource.MustParse("1")},
 		TenantObjectQuota:      corev1.ResourceList{ResourceRemoteNamespaces: resource.MustParse("4")},
@@ -134,6 +137,16 @@ func TestIntegration(t *testing.T) {
 			}
 			return nil
 		})
+	})
+
+	t.Run("a NetworkPolicy the API server accepts", func(t *testing.T) {
+		np := &networkingv1.NetworkPolicy{}
+		clustertest.Eventually(t, 30*time.Second, "NetworkPolicy "+NetworkPolicyName, func() error {
+			return c.Get(ctx, client.ObjectKey{Namespace: "web-alpha", Name: NetworkPolicyName}, np)
+		})
+		if n := len(np.Spec.Egress); n != 3 || len(np.Spec.Ingress) != 2 {
+			t.Errorf("NetworkPolicy has %d ingress and %d egress rules, want 2 and 3: %+v", len(np.Spec.Ingress), n, np.Spec)
+		}
 	})
 
 	t.Run("baseline-violating pod refused by the API server", func(t *testing.T) {

@@ -3,6 +3,7 @@ package remotenamespace
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -148,6 +149,13 @@ type Options struct {
 	// namespace's LimitRange: nil means DefaultRequests(), an empty list no
 	// LimitRange (an existing one is deleted).
 	DefaultRequests corev1.ResourceList
+	// PodCIDR is this cluster's pod CIDR (the cluster identity's): the
+	// NetworkPolicy of every remote namespace tells pods from the rest by
+	// it. Invalid (unknown): no NetworkPolicy is kept.
+	PodCIDR netip.Prefix
+	// NoNetworkPolicy keeps no NetworkPolicy in remote namespaces
+	// (--tenant-network-policy=false); existing ones are left as they are.
+	NoNetworkPolicy bool
 }
 
 // DefaultOptions returns the options whose flags show their defaults. The
@@ -211,6 +219,23 @@ func (o *Options) BindFlags(fs *pflag.FlagSet) {
 	fs.Var(&quotaFlag{o: o}, "tenant-object-quota",
 		"object counts of the ResourceQuota "+QuotaName+" kept in every consumer's remote namespace (and, for remotenamespaces and resourceslices, its tenant namespace), as key=count pairs that override the defaults; keys: "+
 			strings.Join(slices.Sorted(maps.Keys(quotaKeys)), ", ")+" or any count/<resource>.<group> (remotenamespaces defaults to twice --max-remote-namespaces-per-tenant)")
+	fs.Var((*negatedBool)(&o.NoNetworkPolicy), "tenant-network-policy",
+		"keep the NetworkPolicy "+NetworkPolicyName+" in every consumer's remote namespace: only the consumer's own pods and addresses outside this cluster's pod CIDR (its gateway link, the nodes) get in; only the consumer's own pods, the cluster DNS and addresses outside the pod CIDR, the nodes' addresses and 169.254.0.0/16 are reached (enforced by the cluster's network plugin where it enforces NetworkPolicies; false leaves existing ones as they are)")
+	fs.Lookup("tenant-network-policy").NoOptDefVal = "true"
+}
+
+// negatedBool is a boolean flag that sets the negation of its value.
+type negatedBool bool
+
+func (b *negatedBool) String() string { return strconv.FormatBool(!bool(*b)) }
+func (b *negatedBool) Type() string   { return "bool" }
+func (b *negatedBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*b = negatedBool(!v)
+	return nil
 }
 
 // Validate checks the options, given whether --allow-privileged-shadowpods
