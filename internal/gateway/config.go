@@ -150,6 +150,18 @@ type Transit struct {
 // Config is everything a gateway programs.
 type Config struct {
 	Links []Link `json:"links"`
+	// PodCIDR and OwnPods bound what this cluster's pods send into links:
+	// a new connection from an address of PodCIDR leaves through a link
+	// only when its source is in that link's Accept list or in OwnPods
+	// (this cluster's own pods: those of no tenant). So a tenant's pod
+	// opens connections only to its own consumer (whose link accepts it),
+	// or through a link made for direct connections (which accepts every
+	// tenant's pods), never to another peer; and a pod the agent has not
+	// classified yet (just started) opens none. Relayed packets (in
+	// through a link, out through another) and sources outside PodCIDR
+	// (the nodes) are not bound. Invalid PodCIDR: nothing is bound.
+	PodCIDR netip.Prefix   `json:"podCIDR,omitzero"`
+	OwnPods []netip.Prefix `json:"ownPods,omitempty"`
 }
 
 var peerName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -157,6 +169,17 @@ var peerName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 // Validate checks c before anything is programmed. The gateway translates
 // IPv4 only: every prefix and address must be IPv4.
 func (c *Config) Validate() error {
+	if c.PodCIDR.IsValid() {
+		if err := checkPrefixes("podCIDR", []netip.Prefix{c.PodCIDR}); err != nil {
+			return err
+		}
+	}
+	if len(c.OwnPods) > MaxAccept {
+		return fmt.Errorf("ownPods has %d entries, more than %d", len(c.OwnPods), MaxAccept)
+	}
+	if err := checkPrefixes("ownPods", c.OwnPods); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
 	ports := map[int]bool{}
 	for _, l := range c.Links {

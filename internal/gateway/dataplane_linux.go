@@ -151,9 +151,10 @@ func (d *Dataplane) program(c Config) error {
 	return nil
 }
 
-// withoutAccept is c with every link's accept list left out.
+// withoutAccept is c with every link's accept list, and its own pods, left
+// out.
 func withoutAccept(c Config) Config {
-	out := Config{Links: make([]Link, len(c.Links))}
+	out := Config{Links: make([]Link, len(c.Links)), PodCIDR: c.PodCIDR}
 	for i, l := range c.Links {
 		l.Accept = nil
 		out.Links[i] = l
@@ -164,7 +165,7 @@ func withoutAccept(c Config) Config {
 // cloneConfig copies c deeply enough that later changes of the caller's
 // slices do not reach it.
 func cloneConfig(c Config) *Config {
-	out := &Config{Links: make([]Link, len(c.Links))}
+	out := &Config{Links: make([]Link, len(c.Links)), PodCIDR: c.PodCIDR, OwnPods: slices.Clone(c.OwnPods)}
 	for i, l := range c.Links {
 		l.Routes, l.DNAT, l.SNAT = slices.Clone(l.Routes), slices.Clone(l.DNAT), slices.Clone(l.SNAT)
 		l.AllowedSources, l.Transit, l.Accept = slices.Clone(l.AllowedSources), slices.Clone(l.Transit), slices.Clone(l.Accept)
@@ -445,11 +446,13 @@ func programNAT(c Config) error {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(devicePrefix)}, // any link's device
 		&expr.Verdict{Kind: expr.VerdictJump, Chain: inbound.Name})
 	// Per link: its accept set (contents replaced by updateAccept).
+	sets := map[string]*nftables.Set{}
 	for _, l := range c.Links {
 		set := acceptSet(tbl, l.Peer)
 		if err := n.AddSet(set, acceptElements(l.Accept)); err != nil {
 			return fmt.Errorf("set %s: %w", set.Name, err)
 		}
+		sets[l.Peer] = set
 		add(inbound,
 			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(DeviceName(l.Peer))},
@@ -458,6 +461,11 @@ func programNAT(c Config) error {
 			&expr.Verdict{Kind: expr.VerdictReturn})
 	}
 	add(inbound, &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
+	if c.PodCIDR.IsValid() {
+		if err := addOutbound(n, tbl, c, sets); err != nil {
+			return err
+		}
+	}
 	// After DNAT, only what "mark" left alone: no replies, no marked
 	// packets, nothing from a link.
 	add(markDNAT,
@@ -528,6 +536,53 @@ func programNAT(c Config) error {
 	return n.Flush()
 }
 
+// ownPodsSet is the interval set of Config.OwnPods.
+const ownPodsSet = "own-pods"
+
+// addOutbound adds chain "outbound" (forward, filter priority), which keeps
+// pods of c.PodCIDR to the links they may use (Config.OwnPods): what is not
+// a reply, did not come in through a link, comes from the pod CIDR and is
+// not one of this cluster's own pods leaves through a link only when the
+// link's accept set holds its source; the rest into any link is dropped
+// (with a counter). accept are the links' accept sets, by peer.
+func addOutbound(n *nftables.Conn, tbl *nftables.Table, c Config, accept map[string]*nftables.Set) error {
+	out := n.AddChain(&nftables.Chain{Name: "outbound", Table: tbl, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
+	add := func(exprs ...expr.Any) {
+		n.AddRule(&nftables.Rule{Table: tbl, Chain: out, Exprs: exprs})
+	}
+	own := &nftables.Set{Table: tbl, Name: ownPodsSet, KeyType: nftables.TypeIPAddr, Interval: true}
+	if err := n.AddSet(own, acceptElements(c.OwnPods)); err != nil {
+		return fmt.Errorf("set %s: %w", own.Name, err)
+	}
+	source := func() expr.Any {
+		return &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}
+	}
+	add(&expr.Ct{Key: expr.CtKeyDIRECTION, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{ctDirReply}},
+		&expr.Verdict{Kind: expr.VerdictReturn})
+	add(&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(devicePrefix)}, // relayed
+		&expr.Verdict{Kind: expr.VerdictReturn})
+	// Not from the pod CIDR: return.
+	notPod := matchPrefix(12, c.PodCIDR)
+	notPod[len(notPod)-1].(*expr.Cmp).Op = expr.CmpOpNeq
+	add(append(notPod, &expr.Verdict{Kind: expr.VerdictReturn})...)
+	add(source(), &expr.Lookup{SourceRegister: 1, SetName: own.Name, SetID: own.ID}, &expr.Verdict{Kind: expr.VerdictReturn})
+	for _, l := range c.Links {
+		set := accept[l.Peer]
+		add(&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(DeviceName(l.Peer))},
+			source(),
+			&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+			&expr.Verdict{Kind: expr.VerdictReturn})
+	}
+	add(&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(devicePrefix)}, // any link's device
+		&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop})
+	return nil
+}
+
 // acceptSetPrefix starts the name of every link's accept set.
 const acceptSetPrefix = "accept-"
 
@@ -555,8 +610,8 @@ func acceptElements(ps []netip.Prefix) []nftables.SetElement {
 }
 
 // updateAccept replaces, in one transaction, the contents of the accept
-// sets of the links whose accept list differs between prev and next (the
-// two have the same links otherwise). A packet sees either the old or the
+// sets of the links whose accept list differs between prev and next, and
+// of the own-pods set (the two are the same otherwise). A packet sees either the old or the
 // new contents, never an empty set; the chains, and the connections they
 // track, are not touched.
 func updateAccept(prev, next Config) error {
@@ -566,6 +621,19 @@ func updateAccept(prev, next Config) error {
 	}
 	tbl := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: TableName}
 	changed := 0
+	if next.PodCIDR.IsValid() && !slices.Equal(prev.OwnPods, next.OwnPods) {
+		set, err := n.GetSetByName(tbl, ownPodsSet)
+		if err != nil {
+			return fmt.Errorf("set %s: %w", ownPodsSet, err)
+		}
+		n.FlushSet(set)
+		if elems := acceptElements(next.OwnPods); len(elems) > 0 {
+			if err := n.SetAddElements(set, elems); err != nil {
+				return fmt.Errorf("set %s: %w", set.Name, err)
+			}
+		}
+		changed++
+	}
 	for i, l := range next.Links {
 		if slices.Equal(prev.Links[i].Accept, l.Accept) {
 			continue

@@ -532,6 +532,39 @@ func TestTunnelWithOverlappingCIDRs(t *testing.T) {
 		t.Errorf("a's chains were rebuilt for an accept change (-before +after):\n%s", diff)
 	}
 
+	// Sources bound: pa is in b's accept set (b's tenant pod, say), pa2 is
+	// in none and not one of a's own pods (another tenant's, or one the
+	// agent has not classified yet): pa2 opens no connection into the
+	// link, pa does, and pa2 does once it counts as a's own pod, which
+	// only refills a set.
+	cfgA.PodCIDR = own
+	tp.writeConfig("ra", cfgA)
+	tp.eventually("pa2 kept out of the link to b", func() error {
+		if got, err := tp.get("pa2", "http://100.64.0.5:8080/"); err == nil {
+			return fmt.Errorf("pa2 reached b: %q", got)
+		}
+		return nil
+	})
+	tp.eventuallyGet("pa", "http://100.64.0.5:8080/", "pod b")
+	if err := echo(held, "after binding a's sources"); err != nil {
+		t.Errorf("b's established connection after a bound its sources: %v", err)
+	}
+	chains = tp.nftHandles("ra")
+	cfgA.OwnPods = []netip.Prefix{p("10.200.0.6/32")}
+	tp.writeConfig("ra", cfgA)
+	tp.eventuallyGet("pa2", "http://100.64.0.5:8080/", "pod b")
+	if diff := cmp.Diff(chains, tp.nftHandles("ra")); diff != "" {
+		t.Errorf("a's chains were rebuilt for a change of its own pods (-before +after):\n%s", diff)
+	}
+	cfgA.OwnPods = nil
+	tp.writeConfig("ra", cfgA)
+	tp.eventually("pa2 kept out again", func() error {
+		if got, err := tp.get("pa2", "http://100.64.0.5:8080/"); err == nil {
+			return fmt.Errorf("pa2 reached b: %q", got)
+		}
+		return nil
+	})
+
 	// Once a accepts its whole pod CIDR, the running gateway lets b in.
 	cfgA.Links[0].Accept = []netip.Prefix{own}
 	tp.writeConfig("ra", cfgA)
