@@ -80,6 +80,17 @@ func TestTenantAdmission(t *testing.T) {
 	}
 	agent := impersonate(t, c, "annex-system", "annex-agent")
 	tenant := impersonate(t, c, tenantNS, corev1alpha1.ConsumerServiceAccountName)
+	// A provider that lets tenants' objects carry the annotations of these
+	// domains (admission/metadata-keys.yaml removes them by default): the
+	// load-balancer ones among them are still refused.
+	policy := &corev1.ConfigMap{}
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: "annex-system", Name: ProviderPolicyName}, policy); err != nil {
+		t.Fatal(err)
+	}
+	policy.Data[PolicyKeyAnnotationDomains] = "service.beta.kubernetes.io, metallb.universe.tf"
+	if err := admin.Update(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
 
 	// Pods need their namespace's default ServiceAccount.
 	poll(ctx, t, "the default ServiceAccount of "+remoteNS, func() error {
@@ -115,6 +126,11 @@ func TestTenantAdmission(t *testing.T) {
 	pollRefused(ctx, t, "annex-tenant-services", func() error {
 		svc := clusterIPService("probe")
 		svc.Spec.Type = corev1.ServiceTypeNodePort
+		return tenant.Create(ctx, svc, client.DryRunAll)
+	})
+	pollRefused(ctx, t, `metadata.annotations "metallb.universe.tf/LoadBalancerIPs" not allowed`, func() error {
+		svc := clusterIPService("probe")
+		svc.Annotations = map[string]string{"metallb.universe.tf/LoadBalancerIPs": "192.0.2.3"}
 		return tenant.Create(ctx, svc, client.DryRunAll)
 	})
 	probe := shadowPod("probe")
@@ -161,6 +177,9 @@ func TestTenantAdmission(t *testing.T) {
 				checkAPIRefusal(t, tenant.Create(ctx, svc, client.DryRunAll), tc.want, tc.apiRefuses)
 			})
 		}
+	})
+	t.Run("metadata keys", func(t *testing.T) {
+		testMetadataKeys(ctx, t, admin, tenant)
 	})
 	t.Run("shadowpods", func(t *testing.T) {
 		for i, tc := range shadowPodCases() {

@@ -32,6 +32,16 @@ const (
 	// source field, such as emptyDir) a tenant pod may use. Without the
 	// key (a ConfigMap written by an older install), the default list.
 	PolicyKeyVolumeTypes = "allowedVolumeTypes"
+	// PolicyKeyLabelDomains: the domains whose label keys (DOMAIN/name, and
+	// those of its subdomains) a tenant's Services, ConfigMaps and Secrets
+	// keep (admission/metadata-keys.yaml removes the others; keys without
+	// a domain always pass, annex.dev keys but the two marking the
+	// consumer's copies never). Without the key, the default list: the
+	// domains tenant pods may carry by default.
+	PolicyKeyLabelDomains = "tenantLabelDomains"
+	// PolicyKeyAnnotationDomains: the same for annotation keys. Without the
+	// key, none.
+	PolicyKeyAnnotationDomains = "tenantAnnotationDomains"
 
 	// PolicyKeyMaxMetadataBytes: the most bytes of labels, annotations,
 	// finalizers and owner references (keys and values) of an object a

@@ -500,11 +500,14 @@ func copiedLabels(o client.Object) map[string]string {
 
 // copiedAnnotations returns the annotations of o that go to remote copies:
 // all but kubectl's (last-applied-configuration is large and describes the
-// local object, allocated fields included).
+// local object, allocated fields included) and Annex's own (this cluster's
+// settings; providers remove annex.dev keys from tenants' objects, see
+// charts/annex/templates/admission/metadata-keys.yaml, and a copy that
+// kept asking for them would be written again at every reflection).
 func copiedAnnotations(o client.Object) map[string]string {
 	var out map[string]string
 	for k, v := range o.GetAnnotations() {
-		if strings.HasPrefix(k, "kubectl.kubernetes.io/") {
+		if strings.HasPrefix(k, "kubectl.kubernetes.io/") || strings.HasPrefix(k, "annex.dev/") {
 			continue
 		}
 		if out == nil {
