@@ -102,6 +102,15 @@ namespaces (a decimal number of bytes; a missing key means its default):
                           default: 262144 (256 KiB)
   tenantMaxEventBytes     everything an Event holds (strings, labels and
                           annotations); default: 4096 (4 KiB)
+Which label and annotation keys a tenant's Services, ConfigMaps and Secrets
+keep (annex-tenant-metadata-keys removes the others; keys without a domain
+always pass; a missing key means its default):
+  tenantLabelDomains      domains (and their subdomains) of label keys;
+                          default: app.kubernetes.io,helm.sh,
+                          statefulset.kubernetes.io,apps.kubernetes.io
+  tenantAnnotationDomains domains of annotation keys; default: none
+  (tenant pods: the agent's --tenant-pod-label-domains and
+  --tenant-pod-annotation-domains)
 Whatever the ConfigMap says, tenant pods may not use pod (anti-)affinity
 across namespaces, projected sources other than configMap, secret,
 downwardAPI and serviceAccountToken, nor probes or lifecycle handlers with a host, tenant
