@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -57,6 +58,36 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "echo-server get %s: %s\n", url, resp.Status)
 		return 1
 	}
+	return 0
+}
+
+// dial opens a TCP connection to HOST:PORT and closes it: 0 when it was
+// opened, 1 when it was refused or timed out, 2 on bad usage. It tells a
+// network policy's drop (a timeout) from a port nothing listens on
+// (refused) in its message.
+func dial(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("dial", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	timeout := fs.Duration("timeout", 3*time.Second, "give up connecting after this long")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: echo-server dial [-timeout 3s] HOST:PORT")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	d := net.Dialer{Timeout: *timeout}
+	conn, err := d.DialContext(ctx, "tcp", fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(stderr, "echo-server dial: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "connected to %s from %s\n", conn.RemoteAddr(), conn.LocalAddr())
+	_ = conn.Close()
 	return 0
 }
 

@@ -190,6 +190,40 @@ func TestGet(t *testing.T) {
 	}
 }
 
+func TestDial(t *testing.T) {
+	open, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close() //nolint:errcheck // test listener
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := closed.Addr().String()
+	_ = closed.Close()
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		code      int
+		stdoutHas string
+		stderrHas string
+	}{
+		{"connected", []string{open.Addr().String()}, 0, "connected to " + open.Addr().String(), ""},
+		{"refused", []string{"-timeout", "1s", refused}, 1, "", "connection refused"},
+		{"no address", nil, 2, "", "usage: echo-server dial"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := dial(context.Background(), tc.args, &stdout, &stderr)
+			if code != tc.code || !strings.Contains(stdout.String(), tc.stdoutHas) || !strings.Contains(stderr.String(), tc.stderrHas) {
+				t.Fatalf("dial %v = %d, stdout %q, stderr %q; want %d, stdout containing %q, stderr containing %q",
+					tc.args, code, stdout.String(), stderr.String(), tc.code, tc.stdoutHas, tc.stderrHas)
+			}
+		})
+	}
+}
+
 func TestRun(t *testing.T) {
 	for _, tc := range []struct {
 		args   []string

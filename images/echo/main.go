@@ -30,6 +30,9 @@ const usage = `usage:
   echo-server get [-timeout 5s] URL
       GET URL and print the body; exit 1 when the request fails or the
       status is not 2xx.
+  echo-server dial [-timeout 3s] HOST:PORT
+      Open a TCP connection and close it; exit 1 when it is refused or
+      times out (a network policy's drop).
   echo-server burn DURATION
       Keep one CPU busy for DURATION (a Go duration such as 90s, at most
       1h), then print how long it burned: CPU load for autoscaling tests.
@@ -51,6 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return say(args, stdout)
 	case "get":
 		return get(context.Background(), args, stdout, stderr)
+	case "dial":
+		return dial(context.Background(), args, stdout, stderr)
 	case "burn":
 		return burn(args, stdout, stderr)
 	case "help", "-h", "-help", "--help":
