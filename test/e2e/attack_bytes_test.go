@@ -57,7 +57,9 @@ func secretOverTheBoundRefused(ctx context.Context, tenant client.Client, ns str
 func annotationsOverTheBoundRefused(ctx context.Context, tenant client.Client, ns string) error {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fat-annotations"},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt(80)}}}}
-	blob := map[string]string{"example.com/blob": strings.Repeat("x", attackMaxMetadataBytes)}
+	// A key without a domain: annex-tenant-metadata-keys would remove the
+	// key of a domain the provider does not allow before its size counts.
+	blob := map[string]string{"blob": strings.Repeat("x", attackMaxMetadataBytes)}
 	fat := svc.DeepCopy()
 	fat.Annotations = blob
 	if err := refused(tenant.Create(ctx, fat), "annex-tenant-metadata"); err != nil {

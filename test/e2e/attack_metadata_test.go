@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -108,4 +110,68 @@ func metadataConfined(ctx context.Context, tenant, admin client.Client, ns strin
 		time.Sleep(200 * time.Millisecond)
 	}
 	return errors.New("the allowed label added later did not reach the pod in 20s")
+}
+
+// objectKeysRemoved: a tenant's Service, ConfigMap and Secret (created,
+// then updated) keep only the label and annotation keys the provider allows
+// (annex-tenant-metadata-keys): a label that makes kube-proxy skip the
+// Service, external-dns's and a load balancer's annotations, a scrape
+// annotation and annex.dev keys of the tenant's choosing are gone from what
+// the provider stores, the allowed keys and the consumer's ownership labels
+// stay. kind is "Service", "ConfigMap" or "Secret".
+func objectKeysRemoved(ctx context.Context, tenant, admin client.Client, ns, kind string) error {
+	labels := map[string]string{"app": "web", "app.kubernetes.io/name": "web",
+		"service.kubernetes.io/service-proxy-name": "none", "annex.dev/shadowpod": "someone-else",
+		"annex.dev/managed-by": "annex", "annex.dev/remote-cluster-id": "alpha"}
+	annotations := map[string]string{"note": "kept", "external-dns.alpha.kubernetes.io/hostname": "www.example.com",
+		"service.beta.kubernetes.io/aws-load-balancer-internal": "false", "prometheus.io/scrape": "true",
+		"annex.dev/transit-address": "10.70.0.9"}
+	var obj client.Object
+	meta := metav1.ObjectMeta{Namespace: ns, Name: "keys-" + strings.ToLower(kind)}
+	switch kind {
+	case "Service":
+		obj = &corev1.Service{ObjectMeta: meta, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt(80)}}}}
+	case "ConfigMap":
+		obj = &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{"k": "v"}}
+	default:
+		obj = &corev1.Secret{ObjectMeta: meta, Data: map[string][]byte{"k": []byte("v")}}
+	}
+	check := func(when string) error {
+		stored := obj.DeepCopyObject().(client.Object)
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(obj), stored); err != nil {
+			return err
+		}
+		wantLabels := map[string]string{"app": "web", "app.kubernetes.io/name": "web", "annex.dev/managed-by": "annex", "annex.dev/remote-cluster-id": "alpha"}
+		if !maps.Equal(stored.GetLabels(), wantLabels) || !maps.Equal(stored.GetAnnotations(), map[string]string{"note": "kept"}) {
+			return fmt.Errorf("%s %s %s: stored with labels %v and annotations %v, want labels %v and annotations note only",
+				when, kind, obj.GetName(), stored.GetLabels(), stored.GetAnnotations(), wantLabels)
+		}
+		return nil
+	}
+	obj.SetLabels(maps.Clone(labels))
+	obj.SetAnnotations(maps.Clone(annotations))
+	if err := tenant.Create(ctx, obj); err != nil {
+		return fmt.Errorf("a %s with such keys must still be created: %w", kind, err)
+	}
+	defer func() { _ = admin.Delete(context.Background(), obj) }()
+	if err := check("created"); err != nil {
+		return err
+	}
+	obj.SetLabels(maps.Clone(labels))
+	obj.SetAnnotations(maps.Clone(annotations))
+	if err := tenant.Update(ctx, obj); err != nil {
+		return fmt.Errorf("update: %w", err)
+	}
+	return check("updated")
+}
+
+// tokenSecretRefused: a tenant cannot have the provider's token controller
+// fill a Secret with a token of a ServiceAccount of the provider: the
+// annotation naming the ServiceAccount is removed
+// (annex-tenant-metadata-keys), and the API server refuses such a Secret
+// without it.
+func tokenSecretRefused(ctx context.Context, tenant client.Client, ns string) error {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "steal-token",
+		Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}}, Type: corev1.SecretTypeServiceAccountToken}
+	return refused(tenant.Create(ctx, s), corev1.ServiceAccountNameKey)
 }

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -21,6 +22,7 @@ import (
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/remotenamespace"
 	"github.com/annexhq/annex/internal/localcluster"
 )
 
@@ -181,9 +183,18 @@ func TestHostileConsumer(t *testing.T) {
 			s.Spec.ExternalName = "kubernetes.default.svc"
 			s.Spec.Ports = nil
 		}), "")},
-		{"Service with a load-balancer annotation", createRefused(svc("lba", func(s *corev1.Service) {
-			s.Annotations = map[string]string{"service.beta.kubernetes.io/aws-load-balancer-internal": "false"}
-		}), "")},
+		{"Service with a load-balancer annotation, a label that hides it from kube-proxy, an external-dns name", func() error {
+			return objectKeysRemoved(ctx, tenant, cb, remoteNS, "Service")
+		}},
+		{"ConfigMap with labels and annotations the provider's controllers act on", func() error {
+			return objectKeysRemoved(ctx, tenant, cb, remoteNS, "ConfigMap")
+		}},
+		{"Secret with labels and annotations the provider's controllers act on", func() error {
+			return objectKeysRemoved(ctx, tenant, cb, remoteNS, "Secret")
+		}},
+		{"a Secret the token controller would fill with a provider's ServiceAccount token", func() error {
+			return tokenSecretRefused(ctx, tenant, remoteNS)
+		}},
 		{"Service that picks its own cluster IP", func() error {
 			return clusterIPNotChosen(ctx, tenant, cb, remoteNS, beta.ServiceCIDR())
 		}},
@@ -358,6 +369,19 @@ func TestHostileConsumer(t *testing.T) {
 		{"a ResourceQuota of its own", func() error {
 			return refused(tenant.Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: remoteNS, Name: "mine"}}), "")
 		}},
+		{"a NetworkPolicy of its own that lets every packet in and out", func() error {
+			all := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: remoteNS, Name: "allow-all"},
+				Spec: networkingv1.NetworkPolicySpec{
+					PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+					Ingress:     []networkingv1.NetworkPolicyIngressRule{{}}, Egress: []networkingv1.NetworkPolicyEgressRule{{}}}}
+			return refused(tenant.Create(ctx, all), "")
+		}},
+		{"deleting the NetworkPolicy that isolates its remote namespace", func() error {
+			if err := cb.Get(ctx, client.ObjectKey{Namespace: remoteNS, Name: remotenamespace.NetworkPolicyName}, &networkingv1.NetworkPolicy{}); err != nil {
+				return fmt.Errorf("the remote namespace has no NetworkPolicy to attack: %w", err)
+			}
+			return refused(tenant.Delete(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: remoteNS, Name: remotenamespace.NetworkPolicyName}}), "")
+		}},
 		{"deleting the quota of its remote namespace", func() error {
 			return refused(tenant.Delete(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: remoteNS, Name: "annex-tenant-quota"}}), "")
 		}},
@@ -375,7 +399,7 @@ func TestHostileConsumer(t *testing.T) {
 			}
 		})
 	}
-	if len(attempts) < 54 {
+	if len(attempts) < 59 {
 		t.Errorf("only %d attempts", len(attempts))
 	}
 
