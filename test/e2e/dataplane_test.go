@@ -230,6 +230,20 @@ func TestDataPlane(t *testing.T) {
 	localOnGamma := mustTranslate(t, local.Status.PodIP, gammaAlpha.Spec.Remote.PodCIDR, gammaAlpha.Status.RemappedRemote.PodCIDR)
 	inSlice(cg, "gamma", localOnGamma)
 	reach("gamma's pod reaches alpha's local pod", fromGamma, localOnGamma, "alpha", local.Name)
+	// 2b. Another tenant's pod on gamma (zeta's) does not: gamma's gateway
+	// lets into the link to alpha only alpha's tenant pods and gamma's own
+	// (the outbound chain).
+	intruder := tenantPodOn(t, cg, "intruder-zeta", "zeta")
+	fromIntruder := sandboxnet.PodNetns("gamma", intruder.UID)
+	// Its network works: it reaches gamma's pod of alpha inside gamma (no
+	// NetworkPolicy enforcer in this sandbox).
+	reach("another tenant's pod on gamma reaches a pod inside gamma", fromIntruder, gammaPod.Status.PodIP, "gamma", onGamma.Name)
+	for i := range 3 {
+		if e, err := get(fromIntruder, localOnGamma); err == nil {
+			t.Errorf("attempt %d: another tenant's pod on gamma reached alpha's local pod through gamma's link to alpha (answered by %s/%s)", i, e.Cluster, e.Pod)
+		}
+	}
+	reach("gamma's pod of alpha still reaches alpha's local pod", fromGamma, localOnGamma, "alpha", local.Name)
 	// 3. beta → gamma's pod through alpha's transit address.
 	transit := mustTranslate(t, onGamma.Annotations[corev1alpha1.AnnotationTransitAddress], betaAlpha.Spec.Remote.ExternalCIDR, betaAlpha.Status.RemappedRemote.ExternalCIDR)
 	inSlice(cb, "beta", transit)
@@ -320,4 +334,32 @@ func TestDataPlane(t *testing.T) {
 	if e, err := get(fromBeta, direct); err == nil {
 		t.Errorf("beta reached %s after the disconnect (answered by %s/%s)", direct, e.Cluster, e.Pod)
 	}
+}
+
+// tenantPodOn starts, on a provider of the network sandbox, a pod with a
+// network namespace in namespace ns, labelled as a remote namespace of
+// consumer (a tenant the test makes up), and returns it Running with its IP.
+func tenantPodOn(t *testing.T, c client.Client, ns, consumer string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{
+		corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex, corev1alpha1.LabelRemoteClusterID: consumer}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}) })
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "intruder", Labels: map[string]string{sandboxnet.LabelSandboxNetns: "true"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}}
+	if err := c.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "pod "+ns+"/intruder Running with an IP", func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			return fmt.Errorf("phase %s ip %q", p.Status.Phase, p.Status.PodIP)
+		}
+		return nil
+	})
+	return p
 }
