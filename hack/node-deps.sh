@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what real nodes need (containerd, runc, the CNI plugins, and nft,
-# with which the tests compare a node's rulesets) from the
+# Installs what real nodes need (containerd, runc, the CNI plugins, ipset for
+# kube-router's NetworkPolicy firewall, and nft, with which the tests compare
+# a node's rulesets) from the
 # distribution's packages when they are missing. Real nodes need root; as
 # another user this only says what is missing, and the tests that need real
 # nodes skip with the same message.
@@ -9,6 +10,7 @@ missing=()
 command -v containerd >/dev/null || missing+=(containerd)
 command -v runc >/dev/null || missing+=(runc)
 [ -x /usr/lib/cni/bridge ] || [ -x /opt/cni/bin/bridge ] || missing+=(containernetworking-plugins)
+command -v ipset >/dev/null || missing+=(ipset)
 command -v nft >/dev/null || missing+=(nftables)
 if [ ${#missing[@]} -eq 0 ]; then
 	exit 0

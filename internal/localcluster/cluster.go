@@ -204,6 +204,13 @@ type Options struct {
 	// APIService is Available. It needs RealNodes and the metrics-server
 	// binary that tools/kube builds (see metricsserver.go).
 	MetricsServer bool
+	// NetworkPolicies runs a NetworkPolicy enforcer, kube-router's
+	// firewall, on every real node; Start returns once each node
+	// enforces them. It needs RealNodes, the kube-router binary that
+	// tools/kube builds and br_netfilter (CheckNetworkPolicies; see
+	// networkpolicy.go). Without it, real nodes ignore NetworkPolicies,
+	// as a CNI without policy support does.
+	NetworkPolicies bool
 	// Detach lets the processes outlive this Go process (the sandbox).
 	// Otherwise each gets SIGKILL when this process dies, even on a panic.
 	Detach bool
@@ -386,6 +393,11 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 				return nil, err
 			}
 		}
+		if o.NetworkPolicies {
+			if err := CheckNetworkPolicies(o.BinDir); err != nil {
+				return nil, err
+			}
+		}
 		if cniBinDir, err = findCNIBinDir(); err != nil {
 			return nil, err
 		}
@@ -426,6 +438,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		c.st.PauseImage = o.PauseImage
 		c.st.Images = slices.Clone(o.Images)
 		c.st.MetricsServer = o.MetricsServer
+		c.st.NetworkPolicies = o.NetworkPolicies
 	}
 	// From here on state.json describes this run, so that whatever is
 	// started can be found and stopped.
@@ -604,11 +617,17 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 			return nil, err
 		}
 		p.step("%d real node(s) Ready", o.RealNodes)
-		if o.MetricsServer {
-			nodes, err := c.st.realNodes()
-			if err != nil {
-				return nil, err
+		nodes, err := c.st.realNodes()
+		if err != nil {
+			return nil, err
+		}
+		if o.NetworkPolicies {
+			if err := c.startNetworkPolicies(ctx, cs, nodes); err != nil {
+				return nil, fmt.Errorf("kube-router: %w", err)
 			}
+			p.step("kube-router enforces NetworkPolicies on %d real node(s)", len(nodes))
+		}
+		if o.MetricsServer {
 			if err := c.startMetricsServer(ctx, cfg, cs, nodes[0]); err != nil {
 				return nil, fmt.Errorf("metrics-server: %w", err)
 			}
@@ -903,6 +922,9 @@ func (c *Cluster) issueCertificates(now time.Time) error {
 		for name, req := range metricsServerCerts(nodes[0]) {
 			reqs[name] = req
 		}
+	}
+	if c.st.NetworkPolicies && len(nodes) > 0 {
+		reqs[kubeRouterCertName] = clientCert(kubeRouterUser)
 	}
 	for name, req := range reqs {
 		certs = append(certs, struct {

@@ -236,8 +236,8 @@ func (c *Cluster) ResumeAPIServer(ctx context.Context) error {
 }
 
 // restartWatchers restarts the components that watch the API server
-// (controller-manager, scheduler, kwok, the real nodes' kube-proxies,
-// metrics-server) after it came back from the dead. Kubelets are not restarted: a restarted
+// (controller-manager, scheduler, kwok, the real nodes' kube-proxies and
+// kube-routers, metrics-server) after it came back from the dead. Kubelets are not restarted: a restarted
 // kubelet reports every pod with a readiness probe NotReady until the probe
 // passes again, so Services would lose their endpoints for a moment; and a
 // real provider's kubelets do not restart with its API server either.
@@ -251,7 +251,7 @@ func (c *Cluster) restartWatchers(ctx context.Context) error {
 	var comps []componentState
 	names := []string{ControllerManager, Scheduler, Kwok}
 	for _, n := range c.RealNodeNames() {
-		names = append(names, NodeComponent(KubeProxy, n), NodeComponent(MetricsServer, n))
+		names = append(names, NodeComponent(KubeProxy, n), NodeComponent(KubeRouter, n), NodeComponent(MetricsServer, n))
 	}
 	for _, name := range names {
 		if cs := c.st.component(name); cs != nil {

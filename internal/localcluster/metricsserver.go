@@ -34,7 +34,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -255,20 +254,10 @@ func metricsAPIServiceObject(caPEM []byte) *unstructured.Unstructured {
 // address (it runs in node 0's network namespace) and its client
 // certificate.
 func (c *Cluster) writeMetricsServerKubeconfig() error {
-	l := layout{dir: c.dir}
-	files := l.pki()
 	c.mu.Lock()
 	server := "https://" + c.st.apiAddress()
 	c.mu.Unlock()
-	var pems [3][]byte
-	for i, p := range []string{files.caCert(), files.cert(metricsServerClientCertName), files.key(metricsServerClientCertName)} {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		pems[i] = data
-	}
-	return writeKubeconfig(l.kubeconfig(MetricsServer), kubeconfigFor(c.st.Name, metricsServerUser, server, pems[0], pems[1], pems[2]))
+	return c.writeClientKubeconfig(MetricsServer, metricsServerClientCertName, metricsServerUser, server)
 }
 
 // startMetricsServer grants metrics-server its rights, starts it in real

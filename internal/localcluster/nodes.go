@@ -280,6 +280,14 @@ func (c *Cluster) startRealNode(ctx context.Context, n realNode, all []realNode,
 	if err := masqueradeOutside(p.pid, c.st.PodCIDR); err != nil {
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
+	c.mu.Lock()
+	policies := c.st.NetworkPolicies
+	c.mu.Unlock()
+	if policies {
+		if err := filterBridgedTraffic(p.pid); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+	}
 
 	nsenter, err := exec.LookPath("nsenter")
 	if err != nil {

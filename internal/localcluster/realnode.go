@@ -128,15 +128,17 @@ var hostTools = []struct{ name, pkg string }{
 	{"nsenter", "util-linux"},
 	{"iptables", "iptables"},
 	{"iptables-restore", "iptables"},
+	// kube-router's NetworkPolicy firewall (Options.NetworkPolicies).
+	{"ipset", "ipset"},
 }
 
 // CheckRealNodes returns nil when real nodes can run here with the binaries
 // in binDir, and otherwise one error wrapping ErrRealNodesUnavailable that
 // lists everything missing and how to get it: root, the container runtime
-// (containerd, runc), the CNI plugins, nsenter and iptables, /dev/net/tun,
+// (containerd, runc), the CNI plugins, nsenter, iptables and ipset, /dev/net/tun,
 // cgroup file systems, and the kubelet, kube-proxy and localcluster-proxy
 // binaries. Start checks it before starting anything when asked for real
-// nodes; tests skip with its message.
+// nodes; tests skip with its message (and fail with it under CI=true).
 func CheckRealNodes(binDir string) error {
 	var problems []string
 	if os.Geteuid() != 0 {
@@ -206,6 +208,9 @@ func validateRealNodeOptions(o Options) error {
 	if o.RealNodes == 0 {
 		if o.MetricsServer {
 			return errors.New("options: MetricsServer needs RealNodes: metrics-server runs in real node 0 and scrapes real kubelets")
+		}
+		if o.NetworkPolicies {
+			return errors.New("options: NetworkPolicies needs RealNodes: kube-router filters the traffic of real nodes' pods, kwok's pods send none")
 		}
 		return nil
 	}

@@ -380,7 +380,7 @@ func TestAPIServerArgsWithRealNodes(t *testing.T) {
 // hostSnapshot is what the real nodes of the cluster in dir must not leave
 // behind on the host: mounts of this mount namespace, named network
 // namespaces, cgroups at the top of each hierarchy, devices of the host's
-// network namespace, its nftables ruleset, and processes (those whose
+// network namespace, its nftables ruleset and ipsets, and processes (those whose
 // command line names dir, those in another PID namespace than the host's,
 // and containerd's). Other tests on this machine make things of their own
 // (sandboxnet's namespaces, other clusters' cgroups): those are not listed.
@@ -419,6 +419,10 @@ func hostSnapshot(t *testing.T, dir string) map[string][]string {
 	}
 	if out, err := exec.Command("nft", "list", "ruleset").Output(); err == nil {
 		snap["nft"] = strings.Split(strings.TrimSpace(string(out)), "\n")
+	}
+	// kube-router's sets live in the nodes' network namespaces.
+	if out, err := exec.Command("ipset", "list", "-name").Output(); err == nil {
+		snap["ipset"] = strings.Fields(string(out))
 	}
 	hostPidNS, _ := os.Readlink("/proc/self/ns/pid")
 	procs, _ := os.ReadDir("/proc")
@@ -472,7 +476,7 @@ func nodeRSS(t *testing.T, c *Cluster, node string) map[string]int {
 	t.Helper()
 	c.refresh()
 	out := map[string]int{}
-	for _, kind := range []string{Containerd, Kubelet, KubeProxy} {
+	for _, kind := range []string{Containerd, Kubelet, KubeProxy, KubeRouter} {
 		if cs := c.st.component(NodeComponent(kind, node)); cs != nil && cs.ChildPID != 0 {
 			out[kind] = rssKiB(cs.ChildPID)
 			out[kind+" anon"] = statusKiB(cs.ChildPID, "RssAnon:")
@@ -608,18 +612,23 @@ func podReady(p *corev1.Pod) bool {
 }
 
 // requireRealNodes skips t unless it may start real nodes here (not -short,
-// the binaries and the runtime present).
+// the binaries and the runtime present). In CI (onCI), where `make test`
+// builds and installs all of it, a missing piece fails t instead.
 func requireRealNodes(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: skipped with -short")
 	}
+	skip := t.Skipf
+	if onCI() {
+		skip = t.Fatalf
+	}
 	binDir := DefaultBinDir()
 	if err := CheckBinaries(binDir); err != nil {
-		t.Skipf("skipping: %v", err)
+		skip("skipping: %v", err)
 	}
 	if err := CheckRealNodes(binDir); err != nil {
-		t.Skipf("skipping: %v", err)
+		skip("skipping: %v", err)
 	}
 }
 
@@ -642,10 +651,13 @@ func testImages(ctx context.Context, t *testing.T) (pause, echo ociimage.Image) 
 // real containers (logs, exec, port-forward and the pod proxy through the
 // API server; a ClusterIP Service through kube-proxy from a pod on the
 // other node, from the same pod and from the node; pod to pod across nodes;
-// the `kubernetes` Service; kwok still serving its pods), restarts the API
-// server, and shows that Stop leaves nothing behind on the host.
+// the `kubernetes` Service; kwok still serving its pods), enforces
+// NetworkPolicies with kube-router (checkNetworkPolicies; everything else
+// runs under its firewall too), restarts the API server, and shows that
+// Stop leaves nothing behind on the host.
 func TestRealNodes(t *testing.T) {
 	requireRealNodes(t)
+	policies := requireNetworkPolicies(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
@@ -655,7 +667,7 @@ func TestRealNodes(t *testing.T) {
 	before := hostSnapshot(t, dir)
 	begin := time.Now()
 	c, err := Start(ctx, Options{
-		Name: "real", Dir: dir, Nodes: 1, RealNodes: 2,
+		Name: "real", Dir: dir, Nodes: 1, RealNodes: 2, NetworkPolicies: policies,
 		Images: []string{pause.Path, echo.Path}, PauseImage: pause.Ref,
 		Progress: testWriter{t},
 	})
@@ -787,6 +799,15 @@ func TestRealNodes(t *testing.T) {
 		t.Errorf("node → kubernetes Service: %v", err)
 	}
 
+	t.Run("NetworkPolicies", func(t *testing.T) {
+		if !policies {
+			t.Skip("kube-router cannot run here (see the log above)")
+		}
+		t0 := time.Now()
+		checkNetworkPolicies(ctx, t, c, cfg, echo.Ref, node, other)
+		t.Logf("NetworkPolicies checked in %s", time.Since(t0).Round(10*time.Millisecond))
+	})
+
 	// kwok keeps working beside the real node.
 	kwokPod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "sim", Namespace: "default"},
@@ -816,8 +837,8 @@ func TestRealNodes(t *testing.T) {
 	}
 
 	rss := nodeRSS(t, c, node.Name)
-	t.Logf("RSS (anonymous) of %s in KiB: containerd %d (%d), kubelet %d (%d), kube-proxy %d (%d); every process of the node with its pod %d (%d)",
-		node.Name, rss[Containerd], rss[Containerd+" anon"], rss[Kubelet], rss[Kubelet+" anon"], rss[KubeProxy], rss[KubeProxy+" anon"], rss["all"], rss["all anon"])
+	t.Logf("RSS (anonymous) of %s in KiB: containerd %d (%d), kubelet %d (%d), kube-proxy %d (%d), kube-router %d (%d); every process of the node with its pods %d (%d)",
+		node.Name, rss[Containerd], rss[Containerd+" anon"], rss[Kubelet], rss[Kubelet+" anon"], rss[KubeProxy], rss[KubeProxy+" anon"], rss[KubeRouter], rss[KubeRouter+" anon"], rss["all"], rss["all anon"])
 
 	// The API server restarts: the nodes' kubelet and kube-proxy are
 	// restarted with it, and the node keeps running its pods.
@@ -1057,8 +1078,8 @@ func TestCheckRealNodesSaysWhatIsMissing(t *testing.T) {
 		t.Errorf("error %v does not wrap ErrRealNodesUnavailable", err)
 	}
 	for _, want := range []string{
-		"containerd", "runc", "nsenter", "iptables",
-		"apt-get install -y containerd runc util-linux iptables", "make node-deps",
+		"containerd", "runc", "nsenter", "iptables", "ipset",
+		"apt-get install -y containerd runc util-linux iptables ipset", "make node-deps",
 		"kubelet, kube-proxy, localcluster-proxy", "make tools",
 	} {
 		if !strings.Contains(err.Error(), want) {

@@ -37,9 +37,12 @@ type state struct {
 	Images          []string `json:"images,omitempty"`
 	// MetricsServer: metrics-server runs in real node 0 (see
 	// metricsserver.go).
-	MetricsServer bool             `json:"metricsServer,omitempty"`
-	Ports         ports            `json:"ports"`
-	Components    []componentState `json:"components"`
+	MetricsServer bool `json:"metricsServer,omitempty"`
+	// NetworkPolicies: kube-router's firewall runs on every real node
+	// (see networkpolicy.go).
+	NetworkPolicies bool             `json:"networkPolicies,omitempty"`
+	Ports           ports            `json:"ports"`
+	Components      []componentState `json:"components"`
 }
 
 // ports are the loopback ports the cluster's components listen on.

@@ -51,9 +51,9 @@ func TestSourcesHash(t *testing.T) {
 	}
 }
 
-// TestInstalledToolsRecipes: metrics-server is stamped with its version
-// (its own Makefile does it through client-go's version package), and a
-// change of version changes the recipe, so the binary is rebuilt.
+// TestInstalledToolsRecipes: metrics-server and kube-router are stamped with
+// their versions (as their own Makefiles do), and a change of version
+// changes the recipe, so the binary is rebuilt.
 func TestInstalledToolsRecipes(t *testing.T) {
 	names := map[string]installedTool{}
 	for _, tool := range installedTools {
@@ -65,6 +65,12 @@ func TestInstalledToolsRecipes(t *testing.T) {
 	}
 	if _, ok := names["kwok"]; !ok {
 		t.Errorf("installedTools %v lack kwok", installedTools)
+	}
+	kr, ok := names["kube-router"]
+	if !ok {
+		t.Errorf("installedTools %v lack kube-router", installedTools)
+	} else if want := "-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=" + kubeRouterVersion; !strings.Contains(kr.recipe(), want) {
+		t.Errorf("kube-router's recipe %q lacks %q", kr.recipe(), want)
 	}
 	if want := "-X k8s.io/client-go/pkg/version.gitVersion=" + metricsServerVersion; !strings.Contains(ms.recipe(), want) {
 		t.Errorf("metrics-server's recipe %q lacks %q", ms.recipe(), want)

@@ -6,8 +6,8 @@
 // kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet,
 // kube-proxy and localcluster-proxy), a symlink to it named after each of
 // those commands, and
-// kwok and metrics-server (each built with `go install`: they keep their own
-// dependencies).
+// kwok, metrics-server and kube-router (each built with `go install`: they
+// keep their own dependencies).
 // <dir>/kwok-stages holds the kwok stage configurations.
 //
 //	go run . [-dir DIR] [-print-dir]
@@ -36,6 +36,12 @@ const (
 	// metricsServerVersion is the newest v0.8 release the module proxy
 	// serves (v0.9.0 is served but is not an approved release).
 	metricsServerVersion = "v0.8.0"
+	// kubeRouterVersion is the only kube-router release the module proxy
+	// serves here. Real nodes run only its NetworkPolicy firewall
+	// (internal/localcluster/networkpolicy.go); the advisories against
+	// this version concern its service proxy and its BGP router, which
+	// stay off (docs/decisions.md).
+	kubeRouterVersion = "v2.1.0"
 )
 
 // multiCallName is the multi-call binary's name in <dir>/bin.
@@ -56,11 +62,11 @@ func main() {
 		fmt.Fprintf(flag.CommandLine.Output(), `Usage: go run . [-dir DIR] [-print-dir]
 
 Builds Kubernetes %s (%s, as one multi-call binary %q with a
-symlink per command), etcd %s, kwok %s and metrics-server %s into DIR/bin,
-only what is missing or was built by an older recipe, and prints DIR.
-Progress goes to stderr.
+symlink per command), etcd %s, kwok %s, metrics-server %s and
+kube-router %s into DIR/bin, only what is missing or was built by an older
+recipe, and prints DIR. Progress goes to stderr.
 
-`, kubeVersion, strings.Join(multicall.Commands, ", "), multiCallName, etcdVersion, kwokVersion, metricsServerVersion)
+`, kubeVersion, strings.Join(multicall.Commands, ", "), multiCallName, etcdVersion, kwokVersion, metricsServerVersion, kubeRouterVersion)
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -143,6 +149,13 @@ var installedTools = []installedTool{
 		// binary reports v0.0.0-master+$Format:%H$.
 		versionVar: "k8s.io/client-go/pkg/version.gitVersion",
 		about:      "2 to 8 min",
+	},
+	{
+		// Its Makefile stamps the version (and a build date, left out:
+		// the build is reproducible without it).
+		name: "kube-router", pkg: "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router", version: kubeRouterVersion,
+		versionVar: "github.com/cloudnativelabs/kube-router/v2/pkg/version.Version",
+		about:      "about 4 min",
 	},
 }
 

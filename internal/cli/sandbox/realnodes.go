@@ -179,6 +179,9 @@ func checkRealNodes(o Options) error {
 	if err := localcluster.CheckMetricsServer(localcluster.DefaultBinDir()); err != nil {
 		return fmt.Errorf("--real-nodes runs metrics-server: %w", err)
 	}
+	if err := localcluster.CheckNetworkPolicies(localcluster.DefaultBinDir()); err != nil {
+		return fmt.Errorf("--real-nodes enforces NetworkPolicies with kube-router: %w", err)
+	}
 	for _, f := range realNodeImages {
 		if _, err := os.Stat(filepath.Join(o.ImagesDir, f)); err != nil {
 			return fmt.Errorf("--real-nodes imports the images of `make image` into the nodes: %w (run `make image`, or pass --images DIR)", err)
@@ -219,6 +222,9 @@ func upReal(ctx context.Context, s cli.IOStreams, o Options) error {
 		// `kubectl top` and HPAs: the provider's PodMetrics of real
 		// containers, and the consumer's of offloaded pods.
 		opts.MetricsServer = true
+		// NetworkPolicies enforced on the real nodes (kube-router's
+		// firewall), as on a cluster whose CNI supports them.
+		opts.NetworkPolicies = true
 		c, err := localcluster.Start(ctx, opts)
 		if err != nil {
 			return fmt.Errorf("%s: %w", spec.Name, err)
