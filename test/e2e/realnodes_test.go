@@ -51,7 +51,9 @@ const (
 // Job completes and is not run again after the provider's API server
 // restarts; a crashing container's restarts and exit code show on alpha; a
 // readiness probe flipped from inside the container takes the pod and its
-// endpoint out and back; and the provider's API server dying takes alpha's
+// endpoint out and back; the provider's NetworkPolicy enforcer keeps the
+// tenant's pods apart from the provider's and another tenant's
+// (tenantNetworkConfined); and the provider's API server dying takes alpha's
 // pods and endpoints out within the bound of the kwok outage test.
 func TestRealNodes(t *testing.T) {
 	binDir := localcluster.DefaultBinDir()
@@ -182,6 +184,10 @@ func TestRealNodes(t *testing.T) {
 				t.Errorf("GET through the forwarded port: %q lacks %s", body, want)
 			}
 		}
+	})
+
+	t.Run("a hostile tenant's packets", func(t *testing.T) {
+		t.Logf("%d network attempts", tenantNetworkConfined(t, beta, cb, echo, realRemoteNS, webPod))
 	})
 
 	t.Run("a Job completes and is not run again after the provider's API server restarts", func(t *testing.T) {
@@ -418,8 +424,9 @@ func startRealProvider(t *testing.T) (*localcluster.Cluster, string) {
 		Name: realProvider, Dir: filepath.Join(env.dir, realProvider),
 		PodCIDR: realPodCIDR, ServiceCIDR: realServiceCIDR,
 		RealNodes: 1, Images: []string{filepath.Join(imgDir, "pause.tar"), filepath.Join(imgDir, "echo.tar"), filepath.Join(imgDir, "annex-agent.tar")},
-		PauseImage: ociimage.PauseRef(),
-		Progress:   os.Stderr,
+		PauseImage:      ociimage.PauseRef(),
+		NetworkPolicies: true, // kube-router's firewall on the node, as a provider's CNI would
+		Progress:        os.Stderr,
 	})
 	if err != nil {
 		t.Fatalf("start %s: %v", realProvider, err)
