@@ -33,6 +33,7 @@ import (
 	"github.com/annexhq/annex/internal/controller/foreigncluster"
 	"github.com/annexhq/annex/internal/controller/gatewayconfig"
 	"github.com/annexhq/annex/internal/controller/heartbeat"
+	"github.com/annexhq/annex/internal/controller/linkgc"
 	"github.com/annexhq/annex/internal/controller/namespaceoffloading"
 	"github.com/annexhq/annex/internal/controller/reflection"
 	"github.com/annexhq/annex/internal/controller/remotenamespace"
@@ -215,6 +216,7 @@ func run() error {
 		&failover.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Remotes: remotes, Heartbeats: sent, Recorder: mgr.GetEventRecorder("annex-failover"), Clock: clock.RealClock{}},
 		&fencing.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-fencing"), Clock: clock.RealClock{}, Heard: heard},
 		&tenantgc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-tenantgc"), Clock: clock.RealClock{}, GracePeriod: tenantGrace, Heard: heard},
+		&linkgc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-linkgc")},
 		resourceslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-resourceslice"), id.ClusterID, sliceOpts),
 	}
 	if ext, err := netip.ParsePrefix(id.ExternalCIDR); err == nil {

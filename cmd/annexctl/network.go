@@ -39,7 +39,13 @@ CIDR of another peer as that side already sees it, is remapped to the lowest fre
 block of the same size in --remap-pool; any other CIDR is used as it is. It then
 writes a NetworkConfiguration on each side (spec by server-side apply, remappings
 and conditions in its status) and prints the mappings. Mappings already recorded
-are kept, so running it again changes nothing. It needs admin access to both.`,
+are kept, so running it again changes nothing. It needs admin access to both.
+
+Each side records what its link is for (label annex.dev/link-purpose): "peering"
+when that side has a ForeignCluster for the other cluster, "direct" when it has
+none (two providers linked for direct connections). A peering's link goes with the
+peering: the agent stops programming it and deletes it once the ForeignCluster is
+gone. Run connect again on a link made before links recorded their purpose.`,
 		Example: `  annexctl network connect --kubeconfig beta.kubeconfig --remote-kubeconfig gamma.kubeconfig`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -63,7 +63,8 @@ type Local struct {
 
 // Destinations are the ranges this cluster's gateway routes into its
 // links, in this cluster's view: for every NetworkConfiguration the
-// gateway programs (Ready, with a tunnel, its CIDR claims accepted), the
+// gateway programs (Ready, with a tunnel, its CIDR claims accepted, its
+// peering, if it was made for one, still there), the
 // peer's pod and external CIDRs as mapped here. skipped says, per link
 // left out for a reason an operator should see, why.
 func Destinations(local Local, ncs []networkingv1alpha1.NetworkConfiguration) (dst []netip.Prefix, skipped []string) {
@@ -73,7 +74,7 @@ func Destinations(local Local, ncs []networkingv1alpha1.NetworkConfiguration) (d
 			continue
 		}
 		if c := meta.FindStatusCondition(nc.Status.Conditions, networkingv1alpha1.ConditionTunnelConnected); c != nil &&
-			(c.Reason == networkingv1alpha1.ReasonCIDRRefused || c.Reason == networkingv1alpha1.ReasonInvalidLink) {
+			(c.Reason == networkingv1alpha1.ReasonCIDRRefused || c.Reason == networkingv1alpha1.ReasonInvalidLink || c.Reason == networkingv1alpha1.ReasonNoPeering) {
 			skipped = append(skipped, fmt.Sprintf("%s: %s", nc.Spec.RemoteClusterID, c.Reason))
 			continue
 		}

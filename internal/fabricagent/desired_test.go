@@ -104,6 +104,10 @@ func TestDestinations(t *testing.T) {
 			link("evil", "10.210.0.0/16", "10.80.0.0/16", &networkingv1alpha1.RemappedCIDRs{},
 				metav1.Condition{Type: networkingv1alpha1.ConditionTunnelConnected, Status: metav1.ConditionFalse, Reason: networkingv1alpha1.ReasonCIDRRefused}),
 		}, wantSkipped: []string{"evil: CIDRRefused"}},
+		{name: "a link whose peering is gone", ncs: []networkingv1alpha1.NetworkConfiguration{
+			link("alpha", "10.210.0.0/16", "10.80.0.0/16", &networkingv1alpha1.RemappedCIDRs{},
+				metav1.Condition{Type: networkingv1alpha1.ConditionTunnelConnected, Status: metav1.ConditionFalse, Reason: networkingv1alpha1.ReasonNoPeering}),
+		}, wantSkipped: []string{"alpha: NoPeering"}},
 		{name: "a public claim is refused here too, before the agent says so", ncs: []networkingv1alpha1.NetworkConfiguration{
 			link("evil", "8.8.0.0/16", "10.80.0.0/16", &networkingv1alpha1.RemappedCIDRs{}),
 			link("beta", "10.201.0.0/16", "", &networkingv1alpha1.RemappedCIDRs{}),

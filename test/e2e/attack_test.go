@@ -391,6 +391,11 @@ func TestHostileConsumer(t *testing.T) {
 			return refused(tenant.Patch(ctx, ns, client.RawPatch("application/merge-patch+json",
 				[]byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"privileged"}}}`))), "")
 		}},
+
+		// Teardown (last: it ends the peering on beta).
+		{"unpeer stopped after the provider's ForeignCluster went: the link accepts no more than the tenant had, and the provider removes it", func() error {
+			return linkWithoutPeeringClosed(ctx, t, betaAgent, cb, "alpha", []string{own.Status.PodIP, other.Status.PodIP})
+		}},
 	}
 	for _, a := range attempts {
 		t.Run(a.name, func(t *testing.T) {
@@ -399,7 +404,7 @@ func TestHostileConsumer(t *testing.T) {
 			}
 		})
 	}
-	if len(attempts) < 59 {
+	if len(attempts) < 60 {
 		t.Errorf("only %d attempts", len(attempts))
 	}
 

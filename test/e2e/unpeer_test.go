@@ -247,3 +247,67 @@ func remotePodsIn(ctx context.Context, c client.Client, ns string, want int) err
 	}
 	return nil
 }
+
+// TestUnpeerTeardownOrder: when a peering ends, access goes first. beta, a
+// provider of alpha, also hosts another tenant's pod, and beta's agent
+// renders its gateway's file, whose accept list on the link with alpha
+// must never hold that pod (the access of a link for direct connections).
+// An unpeering stopped right after beta's ForeignCluster went leaves beta's
+// gateway closed to alpha, and beta's agent removes the link by itself; a
+// hostile alpha that releases its heartbeat with the tenant's credential
+// alone makes beta remove the link before the tenant and its
+// ForeignCluster; a plain unpeer removes the link before anything else.
+func TestUnpeerTeardownOrder(t *testing.T) {
+	alpha, beta := env.clusters[0], env.clusters[1]
+	ctx := context.Background()
+	fast := []string{"--consumer-heartbeat-interval=2s", "--tenant-grace-period=20s"}
+	alphaAgent := installAndRunAgent(t, alpha, "alpha", fast...)
+	betaAgent := installAndRunAgent(t, beta, "beta", fast...)
+	ca, cb := crClient(t, alpha), crClient(t, beta)
+	_, other := providerBystanders(t, beta, cb)
+	forbidden := []string{other.Status.PodIP}
+	unpeer := func(t *testing.T, args ...string) string {
+		t.Helper()
+		out, err := annexctl(t, append([]string{"unpeer", "--kubeconfig", alpha.KubeconfigPath()}, args...)...)
+		if err != nil {
+			t.Fatalf("unpeer %v: %v\n%s", args, err, out)
+		}
+		if left := leftovers(ctx, t, ca, "beta"); len(left) > 0 {
+			t.Errorf("left on alpha: %s", strings.Join(left, ", "))
+		}
+		return out
+	}
+
+	t.Run("unpeer stopped after the provider's ForeignCluster went", func(t *testing.T) {
+		peer(t, alpha, beta)
+		start := time.Now()
+		if err := linkWithoutPeeringClosed(ctx, t, betaAgent, cb, "alpha", forbidden); err != nil {
+			t.Error(err)
+		}
+		t.Logf("closed and removed in %s", time.Since(start).Round(100*time.Millisecond))
+		unpeer(t, "--remote-kubeconfig", beta.KubeconfigPath())
+	})
+	t.Run("a hostile consumer says goodbye without unpeering", func(t *testing.T) {
+		peer(t, alpha, beta)
+		tenant := tenantClient(t, ca, "beta")
+		alphaAgent.kill(t) // it would renew the heartbeat; a hostile consumer runs none
+		err := goodbyeTakesTheLinkFirst(ctx, t, betaAgent, tenant, cb, "alpha", forbidden)
+		alphaAgent.start(t)
+		if err != nil {
+			t.Error(err)
+		}
+		unpeer(t, "beta", "--force", "--graceful-timeout", "3s", "--timeout", "60s")
+	})
+	t.Run("unpeer removes the link first", func(t *testing.T) {
+		peer(t, alpha, beta)
+		out := unpeer(t, "--remote-kubeconfig", beta.KubeconfigPath())
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "• deleted ") {
+				if !strings.Contains(line, "NetworkConfiguration") {
+					t.Errorf("first deletion %q, want the network link:\n%s", line, out)
+				}
+				break
+			}
+		}
+	})
+}

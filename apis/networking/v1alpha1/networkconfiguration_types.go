@@ -55,6 +55,29 @@ const (
 	// configuration (a malformed key, endpoint or mapping); the message
 	// says what.
 	ReasonInvalidLink = "InvalidLink"
+	// ReasonNoPeering: the agent does not program the link because this
+	// cluster no longer peers with the remote cluster (it has no
+	// ForeignCluster for it) and the link is not recorded as one for
+	// direct connections (LabelLinkPurpose); a link made for a peering is
+	// then deleted by the agent.
+	ReasonNoPeering = "NoPeering"
+)
+
+// LabelLinkPurpose, on a NetworkConfiguration, records what the link was
+// made for: LinkPurposePeering (by `annexctl peer`, or `network connect`
+// between clusters that peer) or LinkPurposeDirect (`network connect`
+// between clusters that do not, for direct connections). A link made for a
+// peering lives only as long as that peering: without a ForeignCluster for
+// the remote cluster it is never programmed, and the agent deletes it. A
+// link without the label (made before it existed) and without a
+// ForeignCluster is not programmed either, but kept, since it may be a
+// direct connection: `network connect` run again records its purpose.
+const LabelLinkPurpose = "annex.dev/link-purpose"
+
+// The values of LabelLinkPurpose.
+const (
+	LinkPurposePeering = "peering"
+	LinkPurposeDirect  = "direct"
 )
 
 // ClusterCIDRs are the address ranges a cluster owns, in its own view.

@@ -6,7 +6,9 @@
 // internal/network)
 // and writes the pair of NetworkConfigurations — spec by server-side apply,
 // the remappings and conditions by status patch — that a gateway implements;
-// or deletes them.
+// or deletes them. Each records what it is for (label annex.dev/link-purpose):
+// a peering's link goes with the peering, a link for direct connections
+// between providers needs none.
 package network
 
 import (
@@ -36,6 +38,11 @@ type Options struct {
 	Pool string
 	// Timeout bounds the whole operation (0: no bound beyond ctx).
 	Timeout time.Duration
+	// Purpose is what the link is for, recorded on both sides (label
+	// networkingv1alpha1.LabelLinkPurpose): LinkPurposePeering from `peer`.
+	// Empty (`network connect`): each side records LinkPurposePeering when
+	// it has a ForeignCluster for the other, LinkPurposeDirect otherwise.
+	Purpose string
 }
 
 // DefaultOptions are the CLI defaults.
@@ -130,11 +137,16 @@ func Link(ctx context.Context, s cli.IOStreams, a, b *cli.Cluster, o Options) (b
 		nc := e.v.Object(e.reverse)
 		nc.Spec.Tunnel = e.tunnel
 		self := e.v.Self.ClusterID
+		purpose, err := linkPurpose(ctx, e.c, e.v.Peer.ClusterID, o.Purpose)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", self, err)
+		}
+		nc.Labels[networkingv1alpha1.LabelLinkPurpose] = purpose
 		ch, err := cli.ApplyTyped(ctx, e.c.Client, nc)
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", self, err)
 		}
-		note(ch, "%s: NetworkConfiguration %s/%s (remote %s)", self, nc.Namespace, nc.Name, nc.Spec.RemoteClusterID)
+		note(ch, "%s: NetworkConfiguration %s/%s (remote %s, %s)", self, nc.Namespace, nc.Name, nc.Spec.RemoteClusterID, describePurpose(purpose))
 	}
 	for _, e := range ends {
 		self := e.v.Self.ClusterID
@@ -153,6 +165,34 @@ func Link(ctx context.Context, s cli.IOStreams, a, b *cli.Cluster, o Options) (b
 		fmt.Fprintf(s.Out, "The network link between %s and %s was already recorded; nothing changed.\n", aid.ClusterID, bid.ClusterID)
 	}
 	return changed, nil
+}
+
+// linkPurpose is what the link of c with peer is for: purpose when set,
+// else LinkPurposePeering when c has a ForeignCluster for peer (the link
+// then lives only as long as that peering: see internal/controller/linkgc)
+// and LinkPurposeDirect when it has none.
+func linkPurpose(ctx context.Context, c *cli.Cluster, peer, purpose string) (string, error) {
+	if purpose != "" {
+		return purpose, nil
+	}
+	fcs := &corev1alpha1.ForeignClusterList{}
+	if err := c.Client.List(ctx, fcs); err != nil {
+		return "", fmt.Errorf("list ForeignClusters (does this cluster peer with %s?): %w", peer, c.Unreachable(err))
+	}
+	for i := range fcs.Items {
+		if fcs.Items[i].Spec.ClusterID == peer {
+			return networkingv1alpha1.LinkPurposePeering, nil
+		}
+	}
+	return networkingv1alpha1.LinkPurposeDirect, nil
+}
+
+// describePurpose says what a link made for purpose is.
+func describePurpose(purpose string) string {
+	if purpose == networkingv1alpha1.LinkPurposeDirect {
+		return "for direct connections"
+	}
+	return "for the peering, removed with it"
 }
 
 // side lists the NetworkConfigurations of one cluster and checks that the
@@ -207,6 +247,18 @@ func writeStatus(ctx context.Context, c client.Client, v, reverse View) (bool, e
 // Disconnect deletes the NetworkConfigurations that link a and b, on both
 // sides, and waits until they are gone. It succeeds if there were none.
 func Disconnect(ctx context.Context, s cli.IOStreams, a, b *cli.Cluster, o Options) error {
+	return disconnect(ctx, s, a, b, o, true)
+}
+
+// Unlink is Disconnect for unpeer, which removes the link first and the
+// peering after it: it does not note that the clusters still peer.
+func Unlink(ctx context.Context, s cli.IOStreams, a, b *cli.Cluster, o Options) error {
+	return disconnect(ctx, s, a, b, o, false)
+}
+
+// disconnect is Disconnect; notePeering says whether to note a peering
+// that remains.
+func disconnect(ctx context.Context, s cli.IOStreams, a, b *cli.Cluster, o Options, notePeering bool) error {
 	if o.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
@@ -247,7 +299,7 @@ func Disconnect(ctx context.Context, s cli.IOStreams, a, b *cli.Cluster, o Optio
 		}
 		deleted = true
 		s.Step("deleted %s", what)
-		if fc := (&corev1alpha1.ForeignCluster{}); e.c.Client.Get(ctx, client.ObjectKey{Name: e.peer.ClusterID}, fc) == nil {
+		if fc := (&corev1alpha1.ForeignCluster{}); notePeering && e.c.Client.Get(ctx, client.ObjectKey{Name: e.peer.ClusterID}, fc) == nil {
 			s.Step("note: %s still peers with %s; pods offloaded between them cannot reach each other until `annexctl network connect` is run again", e.self.ClusterID, e.peer.ClusterID)
 		}
 	}

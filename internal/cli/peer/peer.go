@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/cli/network"
 	"github.com/annexhq/annex/internal/grant"
@@ -209,7 +210,7 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 	if o.NoNetwork {
 		s.Step("network link skipped (--no-network)")
 	} else {
-		ch, err := network.Link(ctx, s, c, p, network.Options{Pool: o.RemapPool})
+		ch, err := network.Link(ctx, s, c, p, network.Options{Pool: o.RemapPool, Purpose: networkingv1alpha1.LinkPurposePeering})
 		if err != nil {
 			return fmt.Errorf("network link: %w", err)
 		}

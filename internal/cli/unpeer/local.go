@@ -41,7 +41,11 @@ type LocalOptions struct {
 // component calls the provider again and removes everything locally. A
 // provider that answers but does not finish a step within GracefulTimeout
 // (it stopped answering meanwhile) makes unpeer stop with a hint, or, with
-// Force, go on the same way without it.
+// Force, go on the same way without it. Either way this cluster's side of
+// the network link goes first and the ForeignCluster last; the provider's
+// agent removes its side of the link, first too, when the heartbeat is
+// released or lapses (tenantgc), or as soon as its ForeignCluster is gone
+// (linkgc).
 func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster string, o LocalOptions) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
@@ -79,7 +83,16 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 
 	peerNS := corev1alpha1.PeerNamespaceName(pid)
 	rm := remover{s: s, ctx: ctx}
-	// The virtual node first, so nothing new is scheduled there.
+	both := fc.Status.Role == corev1alpha1.RoleBoth
+	// Access first: this cluster's side of the network link, unless the
+	// other direction of a two-way peering still needs it. (The provider's
+	// agent removes its side with the tenant, link first: tenantgc.)
+	if !both {
+		if err := deleteLinks(ctx, c, rm, pid, o.Timeout); err != nil {
+			return err
+		}
+	}
+	// Then the virtual node, so nothing new is scheduled there.
 	vn := &corev1alpha1.VirtualNode{}
 	vn.Name, vn.Namespace, vn.Spec.ClusterID = pid, peerNS, pid
 	if existing := (&corev1alpha1.VirtualNode{}); c.Client.Get(ctx, client.ObjectKeyFromObject(vn), existing) == nil {
@@ -154,7 +167,6 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 		provider, _ = providerClient(ctx, c, fc, o.GracefulTimeout)
 	}
 	// Credentials and the rest, locally.
-	both := fc.Status.Role == corev1alpha1.RoleBoth
 	secret := &corev1.Secret{}
 	secret.Name, secret.Namespace = corev1alpha1.CredentialsSecretName, peerNS
 	if err := rm.delete(c, secret, "credentials Secret "+peerNS+"/"+secret.Name, o.Timeout); err != nil {
@@ -166,17 +178,6 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 		return err
 	}
 	if !both {
-		links := &networkingv1alpha1.NetworkConfigurationList{}
-		if err := c.Client.List(ctx, links, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil {
-			return err
-		}
-		for i := range links.Items {
-			if nc := &links.Items[i]; nc.Spec.RemoteClusterID == pid {
-				if err := rm.delete(c, nc, "NetworkConfiguration "+nc.Namespace+"/"+nc.Name, o.Timeout); err != nil {
-					return err
-				}
-			}
-		}
 		if err := rm.delete(c, fc, "ForeignCluster "+fc.Name, o.Timeout); err != nil {
 			return err
 		}
@@ -192,6 +193,23 @@ func RunLocal(ctx context.Context, s cli.IOStreams, c *cli.Cluster, cluster stri
 	}
 	fmt.Fprintf(s.Out, "%s no longer consumes resources of %s (%s).\n", id.ClusterID, pid, time.Since(start).Round(100*time.Millisecond))
 	fmt.Fprintf(s.Out, "Not cleaned here (needs the provider): %s.\n", left)
+	return nil
+}
+
+// deleteLinks deletes this cluster's NetworkConfigurations with peer and
+// waits until they are gone.
+func deleteLinks(ctx context.Context, c *cli.Cluster, rm remover, peer string, timeout time.Duration) error {
+	links := &networkingv1alpha1.NetworkConfigurationList{}
+	if err := c.Client.List(ctx, links, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil {
+		return err
+	}
+	for i := range links.Items {
+		if nc := &links.Items[i]; nc.Spec.RemoteClusterID == peer {
+			if err := rm.delete(c, nc, "NetworkConfiguration "+nc.Namespace+"/"+nc.Name, timeout); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 

@@ -1,11 +1,18 @@
 // Package unpeer owns `annexctl unpeer`: it removes a peering in which
-// consumer C uses provider P — the VirtualNode and its Node, the
-// ResourceSlice (whose replica the consumer's agent deletes on P), the remote
-// namespaces and the tenant namespace on P, the peer namespace with the
-// credentials on C and the ForeignClusters — and waits until nothing of it is
-// left on either side. The other direction of a two-way peering lives in
-// other namespaces (P's peer namespace for C, C's tenant namespace for P) and
-// is left alone.
+// consumer C uses provider P — the network link, the VirtualNode and its
+// Node, the ResourceSlice (whose replica the consumer's agent deletes on P),
+// the remote namespaces and the tenant namespace on P, the peer namespace
+// with the credentials on C and the ForeignClusters — and waits until nothing
+// of it is left on either side. The other direction of a two-way peering
+// lives in other namespaces (P's peer namespace for C, C's tenant namespace
+// for P) and is left alone.
+//
+// Access goes first: the network link before anything else, the tenant's
+// credentials (its namespace on P) before the ForeignClusters. So an unpeer
+// that stops at any step (killed, or a provider that stops answering) never
+// leaves a link without the peering it was made for, which a gateway would
+// otherwise open to more than the tenant had (see
+// internal/controller/gatewayconfig, PeerAccessTenant).
 package unpeer
 
 import (
@@ -46,7 +53,13 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 		return rm.delete(cl, obj, what, o.Timeout)
 	}
 
-	// 1. The virtual node first, so nothing new is scheduled there.
+	// 0. Access first: the network link on both sides, unless the other
+	// direction of a two-way peering still needs it.
+	if err := unlink(ctx, s, c, p, cid.ClusterID, pid.ClusterID); err != nil {
+		return err
+	}
+
+	// 1. The virtual node, so nothing new is scheduled there.
 	vn := &corev1alpha1.VirtualNode{}
 	vn.Name, vn.Namespace, vn.Spec.ClusterID = pid.ClusterID, peerOnC, pid.ClusterID
 	if err := del(c, vn, fmt.Sprintf("consumer %s: VirtualNode %s/%s", cid.ClusterID, vn.Namespace, vn.Name)); err != nil {
@@ -99,15 +112,10 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 		return err
 	}
 
-	// 4. Consumer side: network link, credentials, peer namespace, ForeignCluster.
+	// 4. Consumer side: credentials, peer namespace, ForeignCluster.
 	cfc, both, err := foreignCluster(ctx, c, pid.ClusterID)
 	if err != nil {
 		return err
-	}
-	if !both {
-		if err := network.Disconnect(ctx, s, c, p, network.Options{}); err != nil {
-			return fmt.Errorf("network link: %w", err)
-		}
 	}
 	secret := &corev1.Secret{}
 	secret.Name, secret.Namespace = corev1alpha1.CredentialsSecretName, peerOnC
@@ -123,6 +131,30 @@ func Run(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, o Options) err
 		return err
 	}
 	fmt.Fprintf(s.Out, "%s no longer consumes resources of %s; nothing of that peering is left on either cluster.\n", cid.ClusterID, pid.ClusterID)
+	return nil
+}
+
+// unlink deletes the network link between consumer c (cid) and provider p
+// (pid) on both sides, unless both sides' ForeignClusters say the peering
+// goes both ways: then the other direction keeps it, and so do both
+// ForeignClusters (dropRole). A peering only one side calls two-way loses
+// the link: a ForeignCluster that goes never leaves one behind.
+func unlink(ctx context.Context, s cli.IOStreams, c, p *cli.Cluster, cid, pid string) error {
+	_, bothOnC, err := foreignCluster(ctx, c, pid)
+	if err != nil {
+		return err
+	}
+	_, bothOnP, err := foreignCluster(ctx, p, cid)
+	if err != nil {
+		return err
+	}
+	if bothOnC && bothOnP {
+		s.Step("network link kept: %s also consumes %s", pid, cid)
+		return nil
+	}
+	if err := network.Unlink(ctx, s, c, p, network.Options{}); err != nil {
+		return fmt.Errorf("network link: %w", err)
+	}
 	return nil
 }
 

@@ -1,6 +1,8 @@
 package gatewayconfig
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
+	"github.com/annexhq/annex/internal/netview"
 	"github.com/annexhq/annex/internal/network"
 )
 
@@ -23,6 +26,17 @@ func tpod(ns, name, node, ip, transit string) corev1.Pod {
 		p.Annotations = map[string]string{corev1alpha1.AnnotationTransitAddress: transit}
 	}
 	return p
+}
+
+// direct is nc recorded as a link for direct connections.
+func direct(nc networkingv1alpha1.NetworkConfiguration) networkingv1alpha1.NetworkConfiguration {
+	return purpose(nc, networkingv1alpha1.LinkPurposeDirect)
+}
+
+// purpose is nc recorded as made for p.
+func purpose(nc networkingv1alpha1.NetworkConfiguration, p string) networkingv1alpha1.NetworkConfiguration {
+	nc.Labels = map[string]string{networkingv1alpha1.LabelLinkPurpose: p}
+	return nc
 }
 
 func finished(p corev1.Pod) corev1.Pod { p.Status.Phase = corev1.PodSucceeded; return p }
@@ -55,7 +69,7 @@ func TestRenderAccept(t *testing.T) {
 	onGamma := State{
 		NetworkConfigurations: []networkingv1alpha1.NetworkConfiguration{
 			link("alpha", "10.200.0.0/16", "10.70.0.0/16", remap, remap, tunnel(51820), true),
-			link("beta", "10.201.0.0/16", "10.71.0.0/16", nil, nil, tunnel(51821), true),
+			direct(link("beta", "10.201.0.0/16", "10.71.0.0/16", nil, nil, tunnel(51821), true)),
 			link("zeta", "10.202.0.0/16", "10.73.0.0/16", nil, nil, tunnel(51822), true),
 			link("omega", "10.203.0.0/16", "10.74.0.0/16", nil, nil, tunnel(51823), true),
 		},
@@ -110,6 +124,7 @@ func TestRenderAccept(t *testing.T) {
 		state  State
 		access PeerAccess
 		want   map[string]string // peer: accept list
+		own    string            // OwnPods; "" and no PodCIDR with PeerAccessAll
 	}{
 		{name: "provider: each tenant its own pods, a direct link every tenant's, never the provider's own",
 			local: gammaLocal, state: onGamma, access: PeerAccessTenant,
@@ -118,20 +133,23 @@ func TestRenderAccept(t *testing.T) {
 				"zeta":  "10.200.5.1/32",
 				"beta":  "10.200.3.4/31 10.200.3.6/32 10.200.5.1/32",
 				"omega": "", // no pods, and no role: nothing more
-			}},
+			},
+			own: "10.200.0.10/31"}, // coredns and own: not the tenants' pods
 		{name: "consumer: a provider reaches the pods of what is offloaded to it, and their transit addresses",
 			local: alphaLocal, state: onAlpha, access: PeerAccessTenant,
 			want: map[string]string{
 				"beta":  "10.70.0.1/32 10.200.1.5/32",               // a, and g (wire, on gamma) by transit
 				"gamma": "10.70.0.2/32 10.200.1.5/32 10.200.1.7/32", // a, s, and b (wire, on beta) by transit
-			}},
+			},
+			own: "10.200.0.10/31 10.200.1.5/32 10.200.1.7/32"}, // not the pods on virtual nodes
 		{name: "two-way peering: the peer's tenant pods and what is offloaded to it",
 			local: alphaLocal, state: both, access: PeerAccessTenant,
 			want: map[string]string{
 				"beta":  "10.70.0.1/32 10.200.1.5/32",
 				"gamma": "10.70.0.2/32 10.200.1.5/32",
 				"delta": "10.70.0.1/32 10.70.0.2/32 10.200.1.5/32 10.200.9.9/32", // its tenant pod d, and wire as beta and gamma see it
-			}},
+			},
+			own: "10.200.0.10/31 10.200.1.5/32 10.200.1.7/32"}, // not delta's d
 		{name: "all: every peer the whole pod CIDR and every transit address",
 			local: alphaLocal, state: onAlpha, access: PeerAccessAll,
 			want: map[string]string{
@@ -162,9 +180,100 @@ func TestRenderAccept(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("accept by peer (-want +got):\n%s", diff)
 			}
+			var own []string
+			for _, a := range cfg.OwnPods {
+				own = append(own, a.String())
+			}
+			if got := strings.Join(own, " "); got != tt.own {
+				t.Errorf("own pods %q, want %q", got, tt.own)
+			}
+			if bound := cfg.PodCIDR.IsValid(); bound != (tt.access != PeerAccessAll) {
+				t.Errorf("podCIDR %v: sources bound = %v, want %v", cfg.PodCIDR, bound, tt.access != PeerAccessAll)
+			}
 			if err := cfg.Validate(); err != nil {
 				t.Errorf("rendered configuration is invalid: %v", err)
 			}
 		})
+	}
+}
+
+// TestRenderWithoutPeering: on a provider, every state an unpeering can
+// stop in (or a cache can see, the deletions of the ForeignCluster, the
+// link and the namespaces arriving in any order) leaves the link with the
+// tenant accepting at most the tenant's own pods, and a link whose peering
+// is gone out of the file, in both access modes; a link for direct
+// connections needs no peering.
+func TestRenderWithoutPeering(t *testing.T) {
+	p := netip.MustParsePrefix
+	priv, _ := key(t)
+	_, pub := key(t)
+	tunnel := &networkingv1alpha1.TunnelSpec{ListenPort: 51820, RemotePublicKey: pub.String(), RemoteEndpoint: "192.168.77.1:51820"}
+	gamma := Local{PodCIDR: p("10.200.0.0/16"), ExternalCIDR: p("10.72.0.0/16"), PrivateKey: priv,
+		Ranges: network.LocalRanges{ServiceCIDR: p("10.96.0.0/16")}}
+	alphaLink := link("alpha", "10.201.0.0/16", "10.70.0.0/16", nil, nil, tunnel, true)
+	tenantPods := []corev1.Pod{tpod("wire-alpha", "a", "n1", "10.200.3.4", "")}
+	others := []corev1.Pod{tpod("shop-zeta", "z", "n1", "10.200.5.1", ""), tpod("kube-system", "dns", "n1", "10.200.0.10", "")}
+	const alphasOwn = "10.200.3.4/32"
+
+	for _, access := range []PeerAccess{PeerAccessTenant, PeerAccessAll} {
+		for _, linkPurpose := range []string{networkingv1alpha1.LinkPurposePeering, "", networkingv1alpha1.LinkPurposeDirect} {
+			for _, role := range []corev1alpha1.PeeringRole{corev1alpha1.RoleConsumer, corev1alpha1.RoleBoth, "", "none"} {
+				for _, remoteNS := range []bool{true, false} {
+					name := fmt.Sprintf("%s/purpose %q/role %q/remote namespace %v", access, linkPurpose, role, remoteNS)
+					t.Run(name, func(t *testing.T) {
+						st := State{NetworkConfigurations: []networkingv1alpha1.NetworkConfiguration{alphaLink},
+							Roles:            map[string]corev1alpha1.PeeringRole{"zeta": corev1alpha1.RoleConsumer},
+							RemoteNamespaces: map[string]string{"shop-zeta": "zeta"}, VirtualNodes: map[string]string{},
+							Pods: append([]corev1.Pod{}, others...)}
+						if linkPurpose != "" {
+							st.NetworkConfigurations[0] = purpose(alphaLink, linkPurpose)
+						}
+						peered := role != "none"
+						if peered {
+							st.Roles["alpha"] = role
+						}
+						if remoteNS {
+							st.RemoteNamespaces["wire-alpha"] = "alpha"
+							st.Pods = append(st.Pods, tenantPods...)
+						}
+						cfg, skipped := Render(gamma, st, access)
+						var accept []string
+						for _, l := range cfg.Links {
+							for _, a := range l.Accept {
+								accept = append(accept, a.String())
+							}
+						}
+						programmed := len(cfg.Links) == 1
+						switch {
+						case !peered && linkPurpose != networkingv1alpha1.LinkPurposeDirect:
+							var pe *netview.PeeringError
+							if programmed || !errors.As(skipped["alpha"], &pe) {
+								t.Fatalf("a link without its peering: links %v, skipped %v; want it left out for want of a peering", accept, skipped)
+							}
+						case !programmed:
+							t.Fatalf("link left out: %v", skipped)
+						case access == PeerAccessAll:
+							if got := strings.Join(accept, " "); got != "10.200.0.0/16" {
+								t.Errorf("accept %s, want the whole pod CIDR", got)
+							}
+						case !peered: // a direct connection: every tenant's pods, never the provider's own
+							want := "10.200.5.1/32"
+							if remoteNS {
+								want = alphasOwn + " " + want
+							}
+							if got := strings.Join(accept, " "); got != want {
+								t.Errorf("accept %s, want %s", got, want)
+							}
+						default: // a peering: at most the tenant's own pods
+							for _, a := range accept {
+								if a != alphasOwn {
+									t.Errorf("accept holds %s, more than the tenant had (%s)", a, alphasOwn)
+								}
+							}
+						}
+					})
+				}
+			}
+		}
 	}
 }

@@ -18,6 +18,15 @@
 // (netview.CheckLink): TunnelConnected says CIDRRefused with the rule, and
 // a Warning Event RemoteCIDRRefused goes to the NetworkConfiguration.
 //
+// A link is programmed only while this cluster peers with its remote
+// cluster (has a ForeignCluster for it), unless the link says it is for
+// direct connections (label annex.dev/link-purpose=direct): a link of a
+// peering that is gone, or one that does not say what it is for, would
+// otherwise give its peer what a direct connection gets, every tenant's
+// pods. It is left out at once (TunnelConnected NoPeering, Warning Event
+// LinkWithoutPeering), whatever order the deletions of an unpeering reach
+// the cache in; the linkgc controller deletes a peering's link.
+//
 // The file is rendered at most once per second (renderEvery): a burst of
 // pod changes costs one write per second, and a new tenant pod is
 // reachable from its peer about a second after the agent's cache sees its
@@ -265,8 +274,12 @@ func (r *Reconciler) state(ctx context.Context) (State, error) {
 	st.VirtualNodes = map[string]string{}
 	st.Roles = map[string]corev1alpha1.PeeringRole{}
 	for _, fc := range fcs.Items {
-		if id := fc.Spec.ClusterID; id != "" {
-			st.VirtualNodes[corev1alpha1.VirtualNodeName(id)] = id
+		id := fc.Spec.ClusterID
+		if id == "" {
+			continue
+		}
+		st.VirtualNodes[corev1alpha1.VirtualNodeName(id)] = id
+		if fc.DeletionTimestamp.IsZero() { // a peering being removed is none
 			st.Roles[id] = fc.Status.Role
 		}
 	}
@@ -312,8 +325,8 @@ func (r *Reconciler) state(ctx context.Context) (State, error) {
 }
 
 // reportRefusals records a Warning Event on each NetworkConfiguration whose
-// CIDRs were refused, once per refusal (again when it changes), and logs
-// every link left out.
+// CIDRs were refused or whose peering is gone, once per refusal (again when
+// it changes), and logs every link left out.
 func (r *Reconciler) reportRefusals(ctx context.Context, ncs []networkingv1alpha1.NetworkConfiguration, skipped map[string]error) {
 	log := ctrl.LoggerFrom(ctx)
 	r.mu.Lock()
@@ -331,16 +344,35 @@ func (r *Reconciler) reportRefusals(ctx context.Context, ncs []networkingv1alpha
 		}
 		r.refused[nc.Name] = msg
 		log.Error(err, "Link left out of the gateway configuration", "networkConfiguration", client.ObjectKeyFromObject(nc))
-		var claim *network.ClaimError
-		if errors.As(err, &claim) && r.recorder != nil {
-			r.recorder.Eventf(nc, nil, corev1.EventTypeWarning, EventCIDRRefused, "Refuse", "%s", msg)
+		if reason := eventReason(err); reason != "" && r.recorder != nil {
+			r.recorder.Eventf(nc, nil, corev1.EventTypeWarning, reason, "Refuse", "%s", msg)
 		}
 	}
 }
 
-// EventCIDRRefused is the reason of the Warning Event on a
-// NetworkConfiguration whose CIDRs the agent refused to program.
-const EventCIDRRefused = "RemoteCIDRRefused"
+// The reasons of the Warning Events on a NetworkConfiguration the agent
+// does not program.
+const (
+	// EventCIDRRefused: the peer's CIDRs were refused.
+	EventCIDRRefused = "RemoteCIDRRefused"
+	// EventLinkWithoutPeering: this cluster no longer peers with the remote
+	// cluster (netview.CheckPeering).
+	EventLinkWithoutPeering = "LinkWithoutPeering"
+)
+
+// eventReason is the reason of the Warning Event for a link left out with
+// err, "" when it gets none.
+func eventReason(err error) string {
+	var claim *network.ClaimError
+	var peering *netview.PeeringError
+	switch {
+	case errors.As(err, &claim):
+		return EventCIDRRefused
+	case errors.As(err, &peering):
+		return EventLinkWithoutPeering
+	}
+	return ""
+}
 
 // ensureKey loads the private key from the Secret, creating both the
 // Secret and the published ConfigMap the first time.
@@ -537,8 +569,12 @@ func skippedCondition(err error) metav1.Condition {
 	c := metav1.Condition{Type: networkingv1alpha1.ConditionTunnelConnected, Status: metav1.ConditionFalse,
 		Reason: networkingv1alpha1.ReasonInvalidLink, Message: "not programmed: " + err.Error()}
 	var claim *network.ClaimError
-	if errors.As(err, &claim) {
+	var peering *netview.PeeringError
+	switch {
+	case errors.As(err, &claim):
 		c.Reason = networkingv1alpha1.ReasonCIDRRefused
+	case errors.As(err, &peering):
+		c.Reason = networkingv1alpha1.ReasonNoPeering
 	}
 	return c
 }

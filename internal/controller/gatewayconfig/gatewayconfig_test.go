@@ -211,3 +211,68 @@ func TestPeerAccessFlag(t *testing.T) {
 		t.Error("Validate accepted --gateway-peer-access=open")
 	}
 }
+
+// TestReconcileLeavesOutALinkWithoutPeering: once the tenant's
+// ForeignCluster is gone (an unpeering stopped there, or its deletion
+// reached the cache before the link's), the link made for that peering is
+// out of the file at the next render, with a condition and an Event, while
+// a link for direct connections stays.
+func TestReconcileLeavesOutALinkWithoutPeering(t *testing.T) {
+	ctx := context.Background()
+	_, pub := key(t)
+	beta := direct(link("beta", "10.201.0.0/16", "10.71.0.0/16", nil, nil,
+		&networkingv1alpha1.TunnelSpec{ListenPort: 51821, RemotePublicKey: pub.String(), RemoteEndpoint: "192.168.77.2:51821"}, true))
+	pods := []corev1.Pod{tpod("wire-alpha", "a", "n1", "10.200.3.4", ""), tpod("shop-zeta", "z", "n1", "10.200.5.1", "")}
+	zeta := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop-zeta", Labels: map[string]string{
+		corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex, corev1alpha1.LabelRemoteClusterID: "zeta"}}}
+	r, c, clk, rec := provider(t, &pods, &beta, zeta)
+	alpha := &networkingv1alpha1.NetworkConfiguration{}
+	alphaKey := client.ObjectKey{Namespace: corev1alpha1.AgentNamespace, Name: "alpha"}
+	if err := c.Get(ctx, alphaKey, alpha); err != nil {
+		t.Fatal(err)
+	}
+	alpha.Labels = map[string]string{networkingv1alpha1.LabelLinkPurpose: networkingv1alpha1.LinkPurposePeering}
+	if err := c.Update(ctx, alpha); err != nil {
+		t.Fatal(err)
+	}
+	accepts := func() map[string]string {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, theRequest); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, l := range readConfig(t, r).Links {
+			var s []string
+			for _, a := range l.Accept {
+				s = append(s, a.String())
+			}
+			got[l.Peer] = strings.Join(s, " ")
+		}
+		return got
+	}
+	if diff := cmp.Diff(map[string]string{"alpha": "10.200.3.4/32", "beta": "10.200.3.4/32 10.200.5.1/32"}, accepts()); diff != "" {
+		t.Errorf("while alpha peers (-want +got):\n%s", diff)
+	}
+	if err := c.Delete(ctx, &corev1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha"}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(renderEvery)
+	if diff := cmp.Diff(map[string]string{"beta": "10.200.3.4/32 10.200.5.1/32"}, accepts()); diff != "" {
+		t.Errorf("once alpha's ForeignCluster is gone (-want +got):\n%s", diff)
+	}
+	if err := c.Get(ctx, alphaKey, alpha); err != nil {
+		t.Fatal(err)
+	}
+	cond := meta.FindStatusCondition(alpha.Status.Conditions, networkingv1alpha1.ConditionTunnelConnected)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != networkingv1alpha1.ReasonNoPeering ||
+		!strings.Contains(cond.Message, "no ForeignCluster for alpha") {
+		t.Errorf("TunnelConnected %+v, want False/%s naming the missing ForeignCluster", cond, networkingv1alpha1.ReasonNoPeering)
+	}
+	var got []string
+	for len(rec.Events) > 0 {
+		got = append(got, <-rec.Events)
+	}
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+EventLinkWithoutPeering+" ") {
+		t.Errorf("events %q, want one %s Warning", got, EventLinkWithoutPeering)
+	}
+}

@@ -52,7 +52,8 @@ type State struct {
 	// VirtualNodes maps a virtual node's name to its provider's cluster ID.
 	VirtualNodes map[string]string
 	// Roles maps a peer's cluster ID to its ForeignCluster's status.role;
-	// a peer with no ForeignCluster is absent.
+	// a peer with no ForeignCluster (or one being deleted) is absent: this
+	// cluster does not peer with it.
 	Roles map[string]corev1alpha1.PeeringRole
 	// RemoteNamespaces maps each remote namespace of this cluster (labelled
 	// annex.dev/managed-by=annex and annex.dev/remote-cluster-id) to the
@@ -65,14 +66,20 @@ type State struct {
 
 // Render computes the gateway's configuration (docs/network.md, "What a
 // gateway must do"): one link per Ready NetworkConfiguration with a tunnel
-// whose CIDRs pass netview.CheckLink; on each link the transit addresses of
+// whose CIDRs pass netview.CheckLink and whose peering, if it was made for
+// one, still exists (netview.CheckPeering: a ForeignCluster for the peer,
+// st.Roles); on each link the transit addresses of
 // this cluster's pods running on that peer (pods on the peer's virtual
 // node), and the destinations the peer may open connections to (accept,
-// see PeerAccess; aggregated into the fewest prefixes). Links, transit
+// see PeerAccess; aggregated into the fewest prefixes); and, with
+// PeerAccessTenant, this cluster's own pods, the only ones besides a link's
+// accept list that may open connections into it (gateway.Config.OwnPods).
+// Links, transit
 // addresses and accept lists are sorted, so the same input always renders
 // the same file. A NetworkConfiguration that cannot be rendered is left out
 // and reported in skipped (by name): a *network.ClaimError when the rule of
-// a CIDR claim refused it, another error otherwise.
+// a CIDR claim refused it, a *netview.PeeringError when its peering is
+// gone, another error otherwise.
 func Render(local Local, st State, access PeerAccess) (cfg gateway.Config, skipped map[string]error) {
 	skipped = map[string]error{}
 	transit := transitByPeer(st.Pods, st.VirtualNodes)
@@ -84,6 +91,11 @@ func Render(local Local, st State, access PeerAccess) (cfg gateway.Config, skipp
 			continue
 		}
 		if err := netview.CheckLink(nc, local.Ranges); err != nil {
+			skipped[nc.Name] = err
+			continue
+		}
+		_, peered := st.Roles[nc.Spec.RemoteClusterID]
+		if err := netview.CheckPeering(nc, peered); err != nil {
 			skipped[nc.Name] = err
 			continue
 		}
@@ -113,6 +125,12 @@ func Render(local Local, st State, access PeerAccess) (cfg gateway.Config, skipp
 		links = append(links, l)
 	}
 	cfg.Links = links
+	// Sources bound (gateway.Config.OwnPods), unless every peer reaches
+	// everything anyway, or the own pods are too scattered for a set (then
+	// tenants' pods are bound only by the peers' accept lists).
+	if own := gateway.Aggregate(acc.own); access != PeerAccessAll && len(own) <= gateway.MaxAccept {
+		cfg.PodCIDR, cfg.OwnPods = local.PodCIDR, own
+	}
 	return cfg, skipped
 }
 
@@ -129,6 +147,9 @@ type accessIndex struct {
 	// addresses of the pods of those namespaces on other providers.
 	offloaded map[string][]netip.Prefix
 	transit   []netip.Prefix // every transit address a link leads to
+	// own: addresses of this cluster's own pods (of no tenant, not on
+	// virtual nodes).
+	own []netip.Prefix
 }
 
 // podAddrs are the IPv4 addresses of p inside podCIDR (a host-network
@@ -176,11 +197,15 @@ func newAccess(local Local, st State, links []gateway.Link) *accessIndex {
 			a.allTenants = append(a.allTenants, addrs...)
 			continue
 		}
+		on, remote := st.VirtualNodes[p.Spec.NodeName]
+		if !remote {
+			a.own = append(a.own, podAddrs(p, local.PodCIDR)...)
+		}
 		providers := st.Offloaded[p.Namespace]
 		if len(providers) == 0 {
 			continue
 		}
-		if on, remote := st.VirtualNodes[p.Spec.NodeName]; remote {
+		if remote {
 			t, err := netip.ParseAddr(p.Annotations[corev1alpha1.AnnotationTransitAddress])
 			if err != nil || transitTo[t] != on {
 				continue // no transit address, or none the gateway leads to this pod

@@ -64,6 +64,7 @@ func TestRender(t *testing.T) {
 	gamma := link("gamma", "10.200.0.0/16", "10.72.0.0/16", remap, remap, gammaTunnel, true)
 	beta := link("beta", "10.201.0.0/16", "10.71.0.0/16", nil, nil, betaTunnel, true)
 	nodes := map[string]string{"annex-gamma": "gamma", "annex-beta": "beta"}
+	roles := map[string]corev1alpha1.PeeringRole{"gamma": corev1alpha1.RoleProvider, "beta": corev1alpha1.RoleProvider}
 
 	wantGamma := gateway.Link{Peer: "gamma", ListenPort: 51821, PrivateKey: priv, PeerPublicKey: gammaPub,
 		PeerEndpoint:   netip.MustParseAddrPort("192.168.77.3:51820"),
@@ -150,7 +151,7 @@ func TestRender(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, skippedErrs := Render(local, State{NetworkConfigurations: tt.ncs, Pods: tt.pods, VirtualNodes: nodes}, PeerAccessAll)
+			got, skippedErrs := Render(local, State{NetworkConfigurations: tt.ncs, Pods: tt.pods, VirtualNodes: nodes, Roles: roles}, PeerAccessAll)
 			skipped := map[string]string{}
 			for name, err := range skippedErrs {
 				skipped[name] = err.Error()

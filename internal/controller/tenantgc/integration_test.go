@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/clock"
@@ -22,6 +23,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	"github.com/annexhq/annex/internal/localcluster"
 	"github.com/annexhq/annex/internal/localcluster/clustertest"
 )
@@ -46,6 +48,14 @@ func TestIntegrationHeartbeatFromTheFuture(t *testing.T) {
 	clustertest.Must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenantNS, Labels: map[string]string{
 		corev1alpha1.LabelRemoteClusterID: "alpha", corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex, corev1alpha1.LabelTenant: "true"}}}))
 	clustertest.Must(t, c.Create(ctx, &corev1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha"}, Spec: corev1alpha1.ForeignClusterSpec{ClusterID: "alpha"}}))
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: corev1alpha1.AgentNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	link := &networkingv1alpha1.NetworkConfiguration{ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.AgentNamespace, Name: "alpha"},
+		Spec: networkingv1alpha1.NetworkConfigurationSpec{RemoteClusterID: "alpha",
+			Local:  networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.201.0.0/16", ExternalCIDR: "10.71.0.0/16"},
+			Remote: networkingv1alpha1.ClusterCIDRs{PodCIDR: "10.200.0.0/16", ExternalCIDR: "10.70.0.0/16"}}}
+	clustertest.Must(t, c.Create(ctx, link))
 	year := 365 * 24 * time.Hour
 	future := metav1.NewMicroTime(time.Now().Add(year))
 	clustertest.Must(t, c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: corev1alpha1.HeartbeatLeaseName,
@@ -104,7 +114,7 @@ func TestIntegrationHeartbeatFromTheFuture(t *testing.T) {
 	if took := time.Since(started); took < grace {
 		t.Errorf("tenant removed %s after the agent started, before the grace period (%s)", took, grace)
 	}
-	// The ForeignCluster goes after the namespaces and the network link.
+	// The ForeignCluster goes after the network link and the namespaces.
 	clustertest.Eventually(t, 20*time.Second, "ForeignCluster alpha removed", func() error {
 		fc := &corev1alpha1.ForeignCluster{}
 		err := c.Get(ctx, client.ObjectKey{Name: "alpha"}, fc)
@@ -116,4 +126,7 @@ func TestIntegrationHeartbeatFromTheFuture(t *testing.T) {
 		}
 		return errors.New("still there")
 	})
+	if err := c.Get(ctx, client.ObjectKeyFromObject(link), link); !apierrors.IsNotFound(err) {
+		t.Errorf("the network link with alpha is left (%v)", err)
+	}
 }

@@ -1,13 +1,16 @@
 // Package tenantgc owns the provider's clean-up after consumers that are
 // gone: a tenant whose consumer has not renewed its heartbeat Lease for a
-// grace period (forcibly unpeered, deleted, or never came back) loses its
-// remote namespaces with all their workloads, its tenant namespace with its
-// credentials and RBAC, its ForeignCluster and the network link with it
-// (NetworkConfiguration) — so nothing offloaded runs forever after its
-// consumer forgot it. When this cluster also consumes that peer (a two-way
-// peering), only the tenant goes: this cluster's own objects for the peer
-// live in another namespace (annex-peer-<peer>), and the ForeignCluster and
-// the network link stay, with role Provider.
+// grace period (forcibly unpeered, deleted, or never came back) loses, in
+// this order, the network link with it (NetworkConfiguration), its remote
+// namespaces with all their workloads, its tenant namespace with its
+// credentials and RBAC, and its ForeignCluster — so nothing offloaded runs
+// forever after its consumer forgot it, and no stop half-way leaves a link
+// without its peering. A tenant namespace being deleted (by an unpeering,
+// by hand, or by this controller before a restart) takes the link and the
+// ForeignCluster with it. When this cluster also consumes that peer (a
+// two-way peering), only the tenant goes: this cluster's own objects for
+// the peer live in another namespace (annex-peer-<peer>), and the
+// ForeignCluster and the network link stay, with role Provider.
 package tenantgc
 
 import (
@@ -85,7 +88,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	consumer := ns.Labels[corev1alpha1.LabelRemoteClusterID]
-	if !isTenant(ns) || !ns.DeletionTimestamp.IsZero() || consumer == "" {
+	if !isTenant(ns) || consumer == "" {
 		return ctrl.Result{}, nil
 	}
 	fc := &corev1alpha1.ForeignCluster{}
@@ -98,6 +101,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// before peer namespaces existed kept their own objects for a
 		// provider in a namespace labelled like this one: never touch it.)
 		return ctrl.Result{}, nil
+	}
+	if !ns.DeletionTimestamp.IsZero() {
+		return r.finish(ctx, ns, consumer)
 	}
 	last, err := r.lastHeard(ctx, r.Client, ns, consumer)
 	if err != nil {
@@ -127,15 +133,33 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if deadline := last.Add(r.GracePeriod); now.Before(deadline) {
 		return ctrl.Result{RequeueAfter: deadline.Sub(now) + time.Second}, nil
 	}
-	ns = live
-
 	silent := now.Sub(last).Round(time.Second)
 	log.Info("consumer silent for longer than the grace period, removing its tenant", "consumer", consumer, "silentFor", silent)
+	if fcErr != nil {
+		fc = nil
+	}
+	return ctrl.Result{}, r.remove(ctx, live, consumer, fc, silent)
+}
+
+// remove removes the tenant of consumer, whose tenant namespace is ns and
+// ForeignCluster fc (nil when there is none), silent for silent. Access
+// goes first: the network link (unless this cluster also consumes that
+// peer, which keeps it), then the namespaces (the remote namespaces with
+// the workloads, the tenant namespace with the consumer's credentials and
+// RBAC), then the ForeignCluster (or, both ways, its tenant role). A stop
+// at any point leaves no link without its peering; a stop after the
+// namespaces is finished by finish.
+func (r *Reconciler) remove(ctx context.Context, ns *corev1.Namespace, consumer string, fc *corev1alpha1.ForeignCluster, silent time.Duration) error {
 	nss := &corev1.NamespaceList{}
 	if err := r.APIReader.List(ctx, nss, client.MatchingLabels{corev1alpha1.LabelRemoteClusterID: consumer, corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}); err != nil {
-		return ctrl.Result{}, r.readFailed(err)
+		return r.readFailed(err)
 	}
-	both := fcErr == nil && fc.Status.Role == corev1alpha1.RoleBoth
+	both := fc != nil && fc.Status.Role == corev1alpha1.RoleBoth
+	if !both {
+		if err := r.deleteLinks(ctx, consumer); err != nil {
+			return err
+		}
+	}
 	// The remote namespaces and the tenant namespace ns itself (labelled
 	// alike; our own peer namespace for that cluster is labelled otherwise).
 	for i := range nss.Items {
@@ -143,34 +167,87 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// name since (a new peering) is not this tenant's.
 		uid := nss.Items[i].UID
 		if err := r.Client.Delete(ctx, &nss.Items[i], client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-			return ctrl.Result{}, err
+			return err
 		}
 	}
 	r.heard().Forget(ns.Name)
-	if !both {
+	msg := fmt.Sprintf("consumer %s has not renewed its heartbeat for %s (grace period %s): removed the network link, its tenant and %d namespace(s)", consumer, silent, r.GracePeriod, len(nss.Items))
+	if both {
+		msg = fmt.Sprintf("consumer %s has not renewed its heartbeat for %s (grace period %s): removed its tenant and %d namespace(s); it stays a provider of this cluster", consumer, silent, r.GracePeriod, len(nss.Items))
+	}
+	if fc == nil {
+		r.Recorder.Eventf(ns, nil, corev1.EventTypeWarning, "TenantRemoved", "RemoveTenant", msg)
+		return nil
+	}
+	r.Recorder.Eventf(fc, nil, corev1.EventTypeWarning, "TenantRemoved", "RemoveTenant", msg)
+	// As the API server has it now (the cache's may be older): dropTenant
+	// holds only for the ForeignCluster read.
+	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(fc), fc); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return r.readFailed(err)
+	}
+	if fc.Status.Role == corev1alpha1.RoleProvider {
+		return nil
+	}
+	return r.dropTenant(ctx, fc)
+}
+
+// finish completes the removal of a tenant whose tenant namespace ns is
+// being deleted (by this controller before it stopped, by an unpeering, or
+// by hand): its network link (unless this cluster also consumes that peer)
+// and its ForeignCluster (or, both ways, its tenant role) go too, so that a
+// removal stopped after the namespaces leaves nothing behind. Both are read
+// from the API server first: a cache that still shows an earlier tenant
+// namespace terminating must not cost a new peering its ForeignCluster.
+func (r *Reconciler) finish(ctx context.Context, ns *corev1.Namespace, consumer string) (ctrl.Result, error) {
+	live := &corev1.Namespace{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ns), live); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if live.UID != ns.UID || live.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	fc := &corev1alpha1.ForeignCluster{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Name: consumer}, fc); {
+	case apierrors.IsNotFound(err):
+		fc = nil
+	case err != nil:
+		return ctrl.Result{}, err
+	case fc.Status.Role == corev1alpha1.RoleProvider:
+		return ctrl.Result{}, nil // the tenant role is gone already
+	}
+	if fc == nil || fc.Status.Role != corev1alpha1.RoleBoth {
 		if err := r.deleteLinks(ctx, consumer); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	msg := fmt.Sprintf("consumer %s has not renewed its heartbeat for %s (grace period %s): removed its tenant, %d namespace(s) and the network link", consumer, silent, r.GracePeriod, len(nss.Items))
-	if both {
-		msg = fmt.Sprintf("consumer %s has not renewed its heartbeat for %s (grace period %s): removed its tenant and %d namespace(s); it stays a provider of this cluster", consumer, silent, r.GracePeriod, len(nss.Items))
+	if fc == nil {
+		return ctrl.Result{}, nil
 	}
-	if fcErr == nil {
-		r.Recorder.Eventf(fc, nil, corev1.EventTypeWarning, "TenantRemoved", "RemoveTenant", msg)
-		if both {
-			patch := client.MergeFrom(fc.DeepCopy())
-			fc.Status.Role, fc.Status.TenantNamespace = corev1alpha1.RoleProvider, ""
-			if err := r.Client.Status().Patch(ctx, fc, patch); client.IgnoreNotFound(err) != nil {
-				return ctrl.Result{}, err
-			}
-		} else if err := r.Client.Delete(ctx, fc); client.IgnoreNotFound(err) != nil {
-			return ctrl.Result{}, err
-		}
-	} else {
-		r.Recorder.Eventf(ns, nil, corev1.EventTypeWarning, "TenantRemoved", "RemoveTenant", msg)
+	ctrl.LoggerFrom(ctx).Info("tenant namespace being deleted: removing the rest of its tenant", "consumer", consumer, "namespace", ns.Name)
+	r.Recorder.Eventf(fc, nil, corev1.EventTypeWarning, "TenantRemoved", "RemoveTenant",
+		"tenant namespace %s of consumer %s is being deleted: removed the rest of its tenant (the network link, unless this cluster consumes %s too, and the tenant's ForeignCluster role)", ns.Name, consumer, consumer)
+	err := r.dropTenant(ctx, fc)
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{RequeueAfter: time.Second}, nil // changed meanwhile: decided again
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, err
+}
+
+// dropTenant deletes the ForeignCluster fc of a consumer whose tenant went
+// or, when this cluster also consumes that peer, keeps it with role
+// Provider. The deletion holds only for fc as read (its UID and
+// resourceVersion): a peering made again since keeps its ForeignCluster.
+func (r *Reconciler) dropTenant(ctx context.Context, fc *corev1alpha1.ForeignCluster) error {
+	if fc.Status.Role == corev1alpha1.RoleBoth {
+		patch := client.MergeFromWithOptions(fc.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		fc.Status.Role, fc.Status.TenantNamespace = corev1alpha1.RoleProvider, ""
+		return client.IgnoreNotFound(r.Client.Status().Patch(ctx, fc, patch))
+	}
+	uid, version := fc.UID, fc.ResourceVersion
+	return client.IgnoreNotFound(r.Client.Delete(ctx, fc, client.Preconditions{UID: &uid, ResourceVersion: &version}))
 }
 
 // lastHeard is when the consumer that owns tenant namespace ns was last

@@ -2,6 +2,8 @@ package tenantgc
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sort"
 	"testing"
 	"time"
@@ -261,3 +263,158 @@ func TestReconcileCountsOnlyWhileTheAPIServerAnswers(t *testing.T) {
 		t.Error("tenant kept after a full grace period of silence with the API server answering")
 	}
 }
+
+// TestRemoveStoppedAtEveryStep stops the removal of a silent tenant after
+// each of its writes in turn (an agent killed there) and restarts it: no
+// stop leaves the network link without the ForeignCluster it was made for,
+// or the ForeignCluster gone before the tenant's credentials (its
+// namespace), and the restarted agent finishes the removal, also when it
+// finds the tenant namespace already being deleted.
+func TestRemoveStoppedAtEveryStep(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	grace := 15 * time.Minute
+	ctx := context.Background()
+	hold := []string{"example.com/hold"} // namespaces stay, terminating, as the namespace controller empties them
+	objects := func() []client.Object {
+		objs := tenantObjects("u", now.Add(-time.Hour), now.Add(-time.Hour))
+		objs[0].SetFinalizers(hold)
+		return append(objs,
+			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop-alpha", Finalizers: hold, Labels: map[string]string{
+				corev1alpha1.LabelRemoteClusterID: "alpha", corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}}},
+			&networkingv1alpha1.NetworkConfiguration{ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.AgentNamespace, Name: "alpha"},
+				Spec: networkingv1alpha1.NetworkConfigurationSpec{RemoteClusterID: "alpha"}})
+	}
+	exists := func(c client.Client, o client.Object) bool {
+		err := c.Get(ctx, client.ObjectKeyFromObject(o), o)
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	fc := &corev1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha"}}
+	nc := &networkingv1alpha1.NetworkConfiguration{ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.AgentNamespace, Name: "alpha"}}
+	tenantNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "annex-tenant-alpha"}}
+	req := ctrl.Request{NamespacedName: client.ObjectKey{Name: "annex-tenant-alpha"}}
+	for budget := 0; ; budget++ {
+		var writes []string
+		killed := false
+		c := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(objects()...).WithStatusSubresource(&corev1alpha1.ForeignCluster{}).Build()
+		stopping := interceptor.NewClient(c, interceptor.Funcs{
+			Delete: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.DeleteOption) error {
+				if len(writes) >= budget {
+					killed = true
+					return errors.New("killed")
+				}
+				writes = append(writes, fmt.Sprintf("%T %s", o, o.GetName()))
+				return c.Delete(ctx, o, opts...)
+			},
+		})
+		r := &Reconciler{Client: stopping, APIReader: c, Recorder: events.NewFakeRecorder(10), Clock: clocktesting.NewFakePassiveClock(now), GracePeriod: grace}
+		_, _ = r.Reconcile(ctx, req)
+		if exists(c, nc) && !exists(c, fc) {
+			t.Fatalf("stopped after %v: the link is left without its ForeignCluster", writes)
+		}
+		if !exists(c, fc) && exists(c, tenantNS) && tenantNS.DeletionTimestamp.IsZero() {
+			t.Fatalf("stopped after %v: the ForeignCluster went before the tenant's namespace", writes)
+		}
+		if !killed {
+			if len(writes) == 0 || writes[0] != "*v1alpha1.NetworkConfiguration alpha" {
+				t.Errorf("writes %v, want the network link first", writes)
+			}
+			break
+		}
+		// The agent restarts: it finishes what was left.
+		restarted := &Reconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(10), Clock: clocktesting.NewFakePassiveClock(now.Add(grace + time.Minute)), GracePeriod: grace}
+		for range 2 { // the first may only start the removal; the namespace's next event finishes it
+			if _, err := restarted.Reconcile(ctx, req); err != nil {
+				t.Fatalf("stopped after %v, restarted: %v", writes, err)
+			}
+		}
+		if exists(c, nc) || exists(c, fc) {
+			t.Errorf("stopped after %v, restarted: link left %v, ForeignCluster left %v", writes, exists(c, nc), exists(c, fc))
+		}
+		if exists(c, tenantNS) && tenantNS.DeletionTimestamp.IsZero() {
+			t.Errorf("stopped after %v, restarted: the tenant namespace is not being deleted", writes)
+		}
+	}
+}
+
+// TestFinish: a tenant namespace being deleted takes the tenant's link and
+// ForeignCluster with it (a two-way peering keeps both, with role
+// Provider), but only when the API server agrees that it is that
+// namespace which is going.
+func TestFinish(t *testing.T) {
+	ctx := context.Background()
+	now := metav1.NewTime(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+	tenant := func(uid types.UID, terminating bool) *corev1.Namespace {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "annex-tenant-alpha", UID: uid, Labels: map[string]string{
+			corev1alpha1.LabelRemoteClusterID: "alpha", corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex, corev1alpha1.LabelTenant: "true"}}}
+		if terminating {
+			ns.DeletionTimestamp, ns.Finalizers = &now, []string{"example.com/hold"}
+		}
+		return ns
+	}
+	fc := func(role corev1alpha1.PeeringRole) *corev1alpha1.ForeignCluster {
+		return &corev1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha"}, Spec: corev1alpha1.ForeignClusterSpec{ClusterID: "alpha"},
+			Status: corev1alpha1.ForeignClusterStatus{Role: role, TenantNamespace: "annex-tenant-alpha"}}
+	}
+	nc := func() *networkingv1alpha1.NetworkConfiguration {
+		return &networkingv1alpha1.NetworkConfiguration{ObjectMeta: metav1.ObjectMeta{Namespace: corev1alpha1.AgentNamespace, Name: "alpha"},
+			Spec: networkingv1alpha1.NetworkConfigurationSpec{RemoteClusterID: "alpha"}}
+	}
+	for _, tc := range []struct {
+		name     string
+		cached   *corev1.Namespace
+		live     *corev1.Namespace // nil: gone
+		role     corev1alpha1.PeeringRole
+		wantLink bool
+		wantRole corev1alpha1.PeeringRole // "": the ForeignCluster is gone
+	}{
+		{name: "being deleted: link and ForeignCluster go", cached: tenant("u", true), live: tenant("u", true), role: corev1alpha1.RoleConsumer},
+		{name: "both ways: the link stays, the ForeignCluster as Provider", cached: tenant("u", true), live: tenant("u", true),
+			role: corev1alpha1.RoleBoth, wantLink: true, wantRole: corev1alpha1.RoleProvider},
+		{name: "the cache shows the old namespace going, the API server a new peering's", cached: tenant("old", true), live: tenant("new", false),
+			role: corev1alpha1.RoleConsumer, wantLink: true, wantRole: corev1alpha1.RoleConsumer},
+		{name: "gone already: nothing is decided on the cache's word", cached: tenant("u", true),
+			role: corev1alpha1.RoleConsumer, wantLink: true, wantRole: corev1alpha1.RoleConsumer},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			liveObjs := []client.Object{fc(tc.role), nc()}
+			if tc.live != nil {
+				liveObjs = append(liveObjs, tc.live)
+			}
+			live := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(liveObjs...).WithStatusSubresource(&corev1alpha1.ForeignCluster{}).Build()
+			cached := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(tc.cached, fc(tc.role), nc()).Build()
+			rec := events.NewFakeRecorder(10)
+			r := &Reconciler{Client: writesTo{Client: cached, to: live}, APIReader: live, Recorder: rec,
+				Clock: clocktesting.NewFakePassiveClock(now.Time), GracePeriod: time.Minute}
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: "annex-tenant-alpha"}}); err != nil {
+				t.Fatal(err)
+			}
+			err := live.Get(ctx, client.ObjectKeyFromObject(nc()), nc())
+			if (err == nil) != tc.wantLink {
+				t.Errorf("link exists = %v, want %v", err == nil, tc.wantLink)
+			}
+			got := fc("")
+			if err := live.Get(ctx, client.ObjectKey{Name: "alpha"}, got); err != nil {
+				got.Status.Role = ""
+			}
+			if got.Status.Role != tc.wantRole {
+				t.Errorf("ForeignCluster role %q, want %q (\"\": gone)", got.Status.Role, tc.wantRole)
+			}
+		})
+	}
+}
+
+// writesTo sends the deletes and status patches of a cached client to
+// another client.
+type writesTo struct {
+	client.Client
+	to client.Client
+}
+
+func (w writesTo) Delete(ctx context.Context, o client.Object, opts ...client.DeleteOption) error {
+	return w.to.Delete(ctx, o, opts...)
+}
+
+func (w writesTo) Status() client.SubResourceWriter { return w.to.Status() }
