@@ -49,6 +49,16 @@ type Config struct {
 	// FailoverTrials is how many times each fault of the failover phase
 	// runs (zero in runs from before the phase).
 	FailoverTrials int `json:"failoverTrials,omitempty"`
+	// TenantTrials is how many times the tenants phase runs in each mode
+	// (tenant A quiet, tenant A flooding), with a burst of TenantPods pods
+	// of tenant B; tenant A changes the annotations of TenantFloodPods
+	// ShadowPods with TenantFloodWriters writers and TenantChurners create
+	// and delete ShadowPods (all zero in runs from before the phase).
+	TenantTrials       int `json:"tenantTrials,omitempty"`
+	TenantPods         int `json:"tenantPods,omitempty"`
+	TenantFloodPods    int `json:"tenantFloodPods,omitempty"`
+	TenantFloodWriters int `json:"tenantFloodWriters,omitempty"`
+	TenantChurners     int `json:"tenantChurners,omitempty"`
 	// AgentArgs are extra flags of both agents (e.g. -v=1 to see why
 	// something waits); a run with any is customized.
 	AgentArgs []string `json:"agentArgs,omitempty"`
@@ -61,18 +71,19 @@ const (
 	phaseBurst     = "burst"
 	phaseStream    = "stream"
 	phaseFresh     = "fresh"
+	phaseTenants   = "tenants"
 	phaseFootprint = "footprint"
 	phaseFailure   = "failure"
 	phaseFailover  = "failover"
 	phaseUnpeer    = "unpeer"
 )
 
-// stream and fresh run after burst (which normally takes the footprint
-// window with the pods of its last N=1000 trial) and before the failure,
-// failover and unpeer phases, which kill the provider's API server and peer
-// again. failover runs before unpeer, whose provider agent removes a tenant
-// silent for 10 s (a partition of the failover phase would lose it).
-var allPhases = []string{phaseTunnel, phaseIdle, phaseBurst, phaseStream, phaseFresh, phaseFootprint, phaseFailure, phaseFailover, phaseUnpeer}
+// stream, fresh and tenants run after burst (which normally takes the
+// footprint window with the pods of its last N=1000 trial) and before the
+// failure, failover and unpeer phases, which kill the provider's API server
+// and peer again. failover runs before unpeer, whose provider agent removes
+// a tenant silent for 10 s (a partition of the failover phase would lose it).
+var allPhases = []string{phaseTunnel, phaseIdle, phaseBurst, phaseStream, phaseFresh, phaseTenants, phaseFootprint, phaseFailure, phaseFailover, phaseUnpeer}
 
 // presets are the scales `make bench BENCH_SCALE=...` chooses from.
 var presets = map[string]Config{
@@ -85,6 +96,7 @@ var presets = map[string]Config{
 		StreamRate: 20, StreamDuration: Duration(time.Minute),
 		FreshTrials: 3, FreshPods: 20,
 		FailoverTrials: 1,
+		TenantTrials:   5, TenantPods: 100, TenantFloodPods: 40, TenantFloodWriters: 8, TenantChurners: 1,
 	},
 	"full": {
 		BurstSizes: []int{10, 100, 1000, 5000}, BurstTrials: 3,
@@ -97,6 +109,7 @@ var presets = map[string]Config{
 		StreamRate: 20, StreamDuration: Duration(5 * time.Minute),
 		FreshTrials: 5, FreshPods: 20,
 		FailoverTrials: 3,
+		TenantTrials:   5, TenantPods: 500, TenantFloodPods: 100, TenantFloodWriters: 16, TenantChurners: 1,
 	},
 }
 
@@ -119,6 +132,11 @@ func configFromFlags(fs *flag.FlagSet, args []string) (Config, options, error) {
 	freshTrials := fs.Int("fresh-trials", 0, "override the trials per mode of the burst into a fresh namespace (small: 3, full: 5)")
 	freshPods := fs.Int("fresh-pods", 0, "override the pods of the burst into a fresh namespace (20)")
 	failoverTrials := fs.Int("failover-trials", 0, "override the trials per fault (killed, partitioned) of the failover phase (small: 1, about 2½ minutes; full: 3)")
+	tenantTrials := fs.Int("tenant-trials", 0, "override the trials per mode (tenant A quiet, tenant A flooding) of the tenants phase (small and full: 5)")
+	tenantPods := fs.Int("tenant-pods", 0, "override the pods of tenant B's burst in the tenants phase (small: 100, full: 500)")
+	tenantFloodPods := fs.Int("tenant-flood-pods", 0, "override the ShadowPods whose annotations tenant A changes in the tenants phase (small: 40, full: 100)")
+	tenantWriters := fs.Int("tenant-flood-writers", 0, "override tenant A's concurrent annotation writers in the tenants phase (small: 8, full: 16)")
+	tenantChurners := fs.Int("tenant-churners", -1, "override tenant A's concurrent ShadowPod creators (each deletes what it made 5 creations before) in the tenants phase (small and full: 1; 0: none)")
 	phases := fs.String("phases", "", "run only these phases (comma-separated: "+strings.Join(allPhases, ",")+")")
 	placements := fs.String("placements", strings.Join(allPlacements, ","), "run every burst trial in these placements (comma-separated): "+
 		"shared (every process on every CPU) and pinned (the consumer's processes on one CPU, the provider's on another; needs 2 CPUs)")
@@ -165,6 +183,13 @@ func configFromFlags(fs *flag.FlagSet, args []string) (Config, options, error) {
 	override(&c.FreshTrials, *freshTrials)
 	override(&c.FreshPods, *freshPods)
 	override(&c.FailoverTrials, *failoverTrials)
+	override(&c.TenantTrials, *tenantTrials)
+	override(&c.TenantPods, *tenantPods)
+	override(&c.TenantFloodPods, *tenantFloodPods)
+	override(&c.TenantFloodWriters, *tenantWriters)
+	if *tenantChurners >= 0 {
+		c.TenantChurners = *tenantChurners
+	}
 	if *streamRate < 0 || *streamDuration < 0 {
 		return c, o, errors.New("-stream-rate and -stream-duration must be positive")
 	}
@@ -234,7 +259,9 @@ func (c Config) custom() bool {
 	p := presets[c.Scale]
 	newer := c.StreamRate > 0 && (c.StreamRate != p.StreamRate || c.StreamDuration != p.StreamDuration) ||
 		c.FreshTrials > 0 && (c.FreshTrials != p.FreshTrials || c.FreshPods != p.FreshPods) ||
-		c.FailoverTrials > 0 && c.FailoverTrials != p.FailoverTrials
+		c.FailoverTrials > 0 && c.FailoverTrials != p.FailoverTrials ||
+		c.TenantTrials > 0 && fmt.Sprint(c.TenantTrials, c.TenantPods, c.TenantFloodPods, c.TenantFloodWriters, c.TenantChurners) !=
+			fmt.Sprint(p.TenantTrials, p.TenantPods, p.TenantFloodPods, p.TenantFloodWriters, p.TenantChurners)
 	return fmt.Sprint(p.BurstSizes, p.BurstTrials, p.FailurePods, p.FailureTrials, p.UnpeerSizes, p.UnpeerTrials, p.FootprintPods, p.Settle, p.Window) !=
 		fmt.Sprint(c.BurstSizes, c.BurstTrials, c.FailurePods, c.FailureTrials, c.UnpeerSizes, c.UnpeerTrials, c.FootprintPods, c.Settle, c.Window) ||
 		newer || len(c.Phases) > 0 || len(c.AgentArgs) > 0 || fmt.Sprint(c.placements()) != fmt.Sprint(allPlacements) && len(c.Placements) > 0
@@ -258,7 +285,7 @@ func (c Config) maxPods() int {
 	for _, n := range c.UnpeerSizes {
 		m = max(m, n)
 	}
-	return max(m, c.FootprintPods, c.FailurePods, c.streamAlive(), c.FreshPods)
+	return max(m, c.FootprintPods, c.FailurePods, c.streamAlive(), c.FreshPods, c.TenantPods+c.TenantFloodPods+c.TenantChurners*churnKeep)
 }
 
 // streamAlive is about the most pods the stream keeps at once: every pod

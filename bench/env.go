@@ -64,6 +64,7 @@ type agentProc struct {
 type env struct {
 	dir      string // temporary: the clusters' state and logs
 	bin      string // annexctl and annex-agent
+	kubeBin  string // the Kubernetes binaries
 	consumer *kube
 	provider *kube
 	agents   map[string]*agentProc // by cluster name
@@ -86,7 +87,7 @@ func providerNodes(pods int) int {
 // with room for the largest Deployment. On error, whatever was started is
 // stopped again.
 func startEnv(ctx context.Context, l *logger, dir, bin, kubeBin string, cfg Config) (_ *env, err error) {
-	e := &env{dir: dir, bin: bin, agents: map[string]*agentProc{}, log: l, agentArgs: cfg.AgentArgs}
+	e := &env{dir: dir, bin: bin, kubeBin: kubeBin, agents: map[string]*agentProc{}, log: l, agentArgs: cfg.AgentArgs}
 	defer func() {
 		if err != nil {
 			e.stop()

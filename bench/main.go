@@ -28,6 +28,11 @@
 //   - fresh: a Deployment of 20 pods created 1 s after its namespace's
 //     offload was requested, against the same in a fresh namespace of the
 //     provider: time to the first and to every pod Ready;
+//   - tenants: a second consumer (gamma, tenant A) peered with the same
+//     provider writes there with its tenant credential as fast as it can
+//     (annotation changes of its ShadowPods, ShadowPods created and
+//     deleted) while the consumer (tenant B) offloads a burst: B's pods'
+//     offloading latency with A quiet and with A flooding;
 //   - footprint: an idle window with many offloaded pods: agent RSS and CPU
 //     from /proc, API writes from rest_client_requests_total and, attributed
 //     by object, from watches on both API servers;
@@ -250,6 +255,11 @@ func measure(ctx context.Context, l *logger, dir string, o options, cfg Config, 
 	if cfg.runs(phaseFresh) && cfg.FreshTrials > 0 && cfg.FreshPods > 0 && ctx.Err() == nil {
 		quiet(phaseFresh)
 		fail(phaseFresh, runFresh(ctx, e, cfg, r))
+		others()
+	}
+	if cfg.runs(phaseTenants) && cfg.TenantTrials > 0 && cfg.TenantPods > 0 && ctx.Err() == nil {
+		quiet(phaseTenants)
+		fail(phaseTenants, runTenants(ctx, e, cfg, r))
 		others()
 	}
 	if cfg.runs(phaseFootprint) && !footprintDone && ctx.Err() == nil {

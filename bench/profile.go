@@ -154,7 +154,8 @@ func (e *env) storeProfile(p *Profile, r io.Reader) error {
 
 // profileDuring runs fn while taking a CPU profile of both agents over about
 // d and a goroutine profile of each agent halfway through; for the burst
-// ratio and the startup SLO, also a CPU profile of both API servers (the
+// ratio, the startup SLO and the tenants' target, also a CPU profile of
+// both API servers (the
 // failure and unpeer trials kill the provider's, so there is nothing to
 // profile there).
 func (e *env) profileDuring(ctx context.Context, target, when string, d time.Duration, fn func() error) ([]Profile, error) {
@@ -174,7 +175,7 @@ func (e *env) profileDuring(ctx context.Context, target, when string, d time.Dur
 	}
 	for _, name := range []string{consumerName, providerName} {
 		a := e.agents[name]
-		if target == keyRatio || target == keyStartupSLO {
+		if target == keyRatio || target == keyStartupSLO || target == keyTenants {
 			wg.Go(func() { add(e.captureAPIServerProfile(ctx, a.cluster, target, when, secs)) })
 		}
 		wg.Add(2)

@@ -101,6 +101,7 @@ func markdown(r *Results, outDir string) string {
 	renderBursts(&b, r)
 	renderStreams(&b, r)
 	renderFresh(&b, r)
+	renderTenants(&b, r)
 	renderFailures(&b, r)
 	renderFailovers(&b, r)
 	renderUnpeers(&b, r)

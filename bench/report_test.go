@@ -134,7 +134,8 @@ func TestEvaluate(t *testing.T) {
 		keyWrites: "consumer 0.10/s, provider 0.00/s; liveness writes besides: consumer 0.50/s, provider 0.00/s => **no**",
 		keyStartupSLO: "6.40 s (p50 1.10 s, p90 3.20 s; 1200 pods at 20.0/s); direct 1.50 s (p50 0.20 s); " +
 			"3 pods not started within 1m0s of the last create, 0 create calls failed => **no**",
-		keyFresh: "+1.50 s (3.00 s vs 1.50 s; first Ready 1.00 s vs 0.50 s); 1 of 3 offloaded trials failed (pods not all Ready within 1m0s) => **no**",
+		keyFresh:   "+1.50 s (3.00 s vs 1.50 s; first Ready 1.00 s vs 0.50 s); 1 of 3 offloaded trials failed (pods not all Ready within 1m0s) => **no**",
+		keyTenants: " => not measured",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("targets (-want +got):\n%s", diff)
@@ -376,7 +377,7 @@ func TestRender(t *testing.T) {
 	}
 	back := &Results{}
 	data, _ = os.ReadFile(path)
-	if err := json.Unmarshal(data, back); err != nil || len(back.Targets) != 14 || len(back.Bursts) != len(r.Bursts) {
+	if err := json.Unmarshal(data, back); err != nil || len(back.Targets) != 15 || len(back.Bursts) != len(r.Bursts) {
 		t.Errorf("rewritten JSON: %v, %d targets", err, len(back.Targets))
 	}
 }

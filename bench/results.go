@@ -20,6 +20,7 @@ type Results struct {
 	Bursts      []BurstTrial    `json:"bursts,omitempty"`
 	Streams     []StreamRun     `json:"streams,omitempty"`
 	Fresh       []FreshTrial    `json:"fresh,omitempty"`
+	Tenants     []TenantTrial   `json:"tenants,omitempty"`
 	Failures    []FailureTrial  `json:"failures,omitempty"`
 	Failovers   []FailoverTrial `json:"failovers,omitempty"`
 	Unpeers     []UnpeerTrial   `json:"unpeers,omitempty"`

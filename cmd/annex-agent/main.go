@@ -29,6 +29,7 @@ import (
 	"github.com/annexhq/annex/internal/agent"
 	"github.com/annexhq/annex/internal/controller/credentials"
 	"github.com/annexhq/annex/internal/controller/failover"
+	"github.com/annexhq/annex/internal/controller/fairqueue"
 	"github.com/annexhq/annex/internal/controller/fencing"
 	"github.com/annexhq/annex/internal/controller/foreigncluster"
 	"github.com/annexhq/annex/internal/controller/gatewayconfig"
@@ -68,6 +69,7 @@ func run() error {
 	vnOpts := virtualnode.DefaultOptions()
 	kubeletOpts := kubeletserver.DefaultOptions()
 	var gatewayOpts gatewayconfig.Options
+	syncOpts := fairqueue.DefaultLimiterOptions()
 	renewFraction := 2.0 / 3
 	heartbeatInterval := 10 * time.Second
 	tenantGrace := 15 * time.Minute
@@ -86,6 +88,7 @@ func run() error {
 	vnOpts.BindFlags(fs)
 	kubeletOpts.BindFlags(fs)
 	gatewayOpts.BindFlags(fs)
+	syncOpts.BindFlags(fs)
 	fs.Float64Var(&renewFraction, "credentials-renew-fraction", renewFraction, "renew a peering token once this fraction of its lifetime has passed (0 < f < 1)")
 	fs.DurationVar(&heartbeatInterval, "consumer-heartbeat-interval", heartbeatInterval, "how often this cluster, as a consumer, renews its heartbeat Lease on each provider (a namespace offloaded with failover needs fenceAfterSeconds of at least three intervals)")
 	fs.DurationVar(&tenantGrace, "tenant-grace-period", tenantGrace, "how long this cluster, as a provider, keeps a tenant whose consumer stopped renewing its heartbeat before removing it and everything it offloaded")
@@ -123,6 +126,9 @@ func run() error {
 		return err
 	}
 	if err := shadowPodOpts.Validate(); err != nil {
+		return err
+	}
+	if err := syncOpts.Validate(); err != nil {
 		return err
 	}
 	// One flag, --tenant-default-requests (shadowpod's): the agent applies
@@ -198,6 +204,10 @@ func run() error {
 	// One record of when each consumer's heartbeat was seen, on this
 	// agent's clock, for tenantgc and fencing.
 	heard := tenantgc.NewHeard(clock.RealClock{})
+	// One bucket per consumer for the writes that follow its changes, its
+	// pods' labels and its EndpointSlices together (--tenant-sync-rate).
+	tenantSync := fairqueue.NewLimiter(syncOpts, clock.RealClock{})
+	shadowPodOpts.Sync, endpointOpts.Sync = tenantSync, tenantSync
 	setups := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&foreigncluster.Reconciler{Client: mgr.GetClient(), Remote: remotes},
 		&credentials.Reconciler{Client: mgr.GetClient(), Remotes: remotes, Clock: clock.RealClock{},

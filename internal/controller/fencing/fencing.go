@@ -44,12 +44,17 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/fairqueue"
 	"github.com/annexhq/annex/internal/controller/replicator"
 	"github.com/annexhq/annex/internal/controller/tenantgc"
 )
@@ -349,8 +354,11 @@ func (r *Reconciler) stopPod(ctx context.Context, pod *corev1.Pod) (int, error) 
 	return 1, nil
 }
 
-// SetupWithManager watches the RemoteNamespace replicas and the heartbeat
-// Leases of their tenant namespaces.
+// SetupWithManager watches the RemoteNamespace replicas (fenceChanged) and
+// the heartbeat Leases of their tenant namespaces. Its queue serves the
+// tenants in turn (fairqueue.NewQueue): a tenant renewing its Lease, or
+// changing its RemoteNamespaces, as fast as it can does not delay another
+// tenant's fence.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byLease := func(ctx context.Context, o client.Object) []reconcile.Request {
 		if o.GetName() != corev1alpha1.HeartbeatLeaseName || !replicator.InTenantNamespace(o) {
@@ -361,21 +369,54 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			// tenantgc, sharing Heard, stamps it too).
 			r.heard().Observe(lease)
 		}
+		// Only read: no copy of each of the tenant's RemoteNamespaces at
+		// every renewal. Only those a fence is carried out for (Reconcile
+		// does nothing else with the Lease); one becoming Ready is queued
+		// by its own update.
 		list := &offloadingv1alpha1.RemoteNamespaceList{}
-		if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace())); err != nil {
+		if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
 			return nil
 		}
 		out := make([]reconcile.Request, 0, len(list.Items))
 		for i := range list.Items {
-			if list.Items[i].Spec.FenceAfterSeconds != nil {
-				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+			if rn := &list.Items[i]; rn.Spec.FenceAfterSeconds != nil && rn.Status.Phase == offloadingv1alpha1.RemoteNamespaceReady {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(rn)})
 			}
 		}
 		return out
 	}
+	newQueue, err := fairqueue.ForTenants(mgr)
+	if err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("fencing").
-		For(&offloadingv1alpha1.RemoteNamespace{}).
+		For(&offloadingv1alpha1.RemoteNamespace{}, builder.WithPredicates(fenceChanged())).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(byLease)).
+		WithOptions(controller.Options{NewQueue: newQueue}).
 		Complete(r)
+}
+
+// fenceChanged passes creations, deletions and generic events of
+// RemoteNamespaces, and the updates that change what Reconcile reads: the
+// UID, whether it is a replica (its origin annotation), its deletion, the
+// fence asked for, the namespace it names, its phase and the fence armed.
+// The tenant writes the RemoteNamespace and may change anything else (other
+// annotations and labels) at will.
+func fenceChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*offloadingv1alpha1.RemoteNamespace)
+			n, ok2 := e.ObjectNew.(*offloadingv1alpha1.RemoteNamespace)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return o.UID != n.UID || replicator.IsReplica(o) != replicator.IsReplica(n) ||
+				!o.DeletionTimestamp.Equal(n.DeletionTimestamp) ||
+				!ptr.Equal(o.Spec.FenceAfterSeconds, n.Spec.FenceAfterSeconds) ||
+				o.Spec.RemoteNamespace != n.Spec.RemoteNamespace ||
+				o.Status.Phase != n.Status.Phase ||
+				!ptr.Equal(o.Status.FenceAfterSeconds, n.Status.FenceAfterSeconds)
+		},
+	}
 }

@@ -25,3 +25,21 @@ func SpecChanged() predicate.Predicate {
 		},
 	}
 }
+
+// AnnotationChanged passes creations, deletions and generic events, and the
+// updates that change the value of annotation key (or whether it is set).
+// Unlike controller-runtime's AnnotationChangedPredicate it ignores the
+// other annotations: an object's writer (a tenant) may change those at will,
+// and each change would otherwise cost a reconcile that reads none of them.
+func AnnotationChanged(key string) predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			if e.ObjectOld == nil || e.ObjectNew == nil {
+				return false
+			}
+			o, oldSet := e.ObjectOld.GetAnnotations()[key]
+			n, newSet := e.ObjectNew.GetAnnotations()[key]
+			return o != n || oldSet != newSet
+		},
+	}
+}

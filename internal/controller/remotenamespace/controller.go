@@ -70,6 +70,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -78,6 +79,8 @@ import (
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/fairqueue"
+	"github.com/annexhq/annex/internal/controller/predicates"
 	"github.com/annexhq/annex/internal/controller/replicator"
 )
 
@@ -725,7 +728,8 @@ func terminal(err error) bool {
 }
 
 // SetupWithManager registers the controller "remotenamespace" on mgr, with a
-// field index of RemoteNamespaces by spec.remoteNamespace. Besides changes of
+// field index of RemoteNamespaces by spec.remoteNamespace and a queue that
+// serves the tenants in turn (fairqueue). Besides changes of
 // the replicas it answers, it is triggered by every change of a namespace
 // (its replicas are looked up by name: a refused request is retried when the
 // namespace in the way disappears, a deleted replica's finalizer is removed
@@ -768,9 +772,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	policyRequests := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		return r.requestsForPolicy(ctx, o.GetNamespace())
 	})
+	newQueue, err := fairqueue.ForTenants(mgr)
+	if err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("remotenamespace").
-		For(&offloadingv1alpha1.RemoteNamespace{}, builder.WithPredicates(isReplica)).
+		For(&offloadingv1alpha1.RemoteNamespace{}, builder.WithPredicates(isReplica, replicaChanged)).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.requestsFor(ctx, o.GetName())
 		})).
@@ -781,11 +789,26 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.LimitRange{}, policyRequests, builder.WithPredicates(policyChanged)).
 		Watches(&networkingv1.NetworkPolicy{}, policyRequests, builder.WithPredicates(policyChanged)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allReplicas), builder.WithPredicates(nodeAddressesChanged)).
+		WithOptions(controller.Options{NewQueue: newQueue}).
 		Complete(r)
 }
 
+// replicaChanged passes the updates of a RemoteNamespace that change what
+// Reconcile reads: its spec (and its deletion, which bumps the generation
+// of an object with finalizers), its UID, its finalizers and whether it is
+// a replica. The tenant writes the rest (labels, other annotations) at
+// will; each change would otherwise cost a reconcile.
+var replicaChanged = predicate.Or[client.Object](predicates.SpecChanged(),
+	predicates.AnnotationChanged(replicator.AnnotationOriginNamespace),
+	predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld != nil && e.ObjectNew != nil &&
+			(!slices.Equal(e.ObjectOld.GetFinalizers(), e.ObjectNew.GetFinalizers()) ||
+				e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero())
+	}})
+
 // isPolicy reports whether o is a ResourceQuota, LimitRange or
-// NetworkPolicy of this controller (by name: one that lost its labels is corrected too).
+// NetworkPolicy of this controller (by name: one that lost its labels is
+// corrected too).
 func isPolicy(o client.Object) bool {
 	switch o.(type) {
 	case *corev1.ResourceQuota:

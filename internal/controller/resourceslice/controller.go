@@ -17,12 +17,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/fairqueue"
 	"github.com/annexhq/annex/internal/controller/predicates"
 )
 
@@ -308,7 +310,9 @@ func addTo(sum, l corev1.ResourceList) {
 // capacity, readiness or schedulability changes; and a consumer's denied
 // slices when room is freed among its grants (one of its accepted slices is
 // deleted, or its answer changes). Denied slices are found through the
-// index, without listing whole namespaces.
+// index, without listing whole namespaces. Decisions are serialized; its
+// queue serves the tenants in turn (fairqueue.NewQueue), so a tenant's
+// thousands of slices do not delay another tenant's decision.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1alpha1.ResourceSlice{}, IndexPhase, PhaseIndexer(r.localClusterID)); err != nil {
 		return fmt.Errorf("index ResourceSlices by phase: %w", err)
@@ -316,6 +320,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	inTenantNamespace := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return strings.HasPrefix(o.GetNamespace(), corev1alpha1.TenantNamespacePrefix)
 	})
+	newQueue, err := fairqueue.ForTenants(mgr)
+	if err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("resourceslice").
 		For(&corev1alpha1.ResourceSlice{}, builder.WithPredicates(inTenantNamespace, predicates.SpecChanged())).
@@ -332,6 +340,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 				return r.deniedSlices(ctx)
 			}),
 			builder.WithPredicates(nodeCapacityChanged())).
+		WithOptions(controller.Options{NewQueue: newQueue}).
 		Complete(r)
 }
 

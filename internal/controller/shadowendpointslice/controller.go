@@ -55,6 +55,12 @@
 // status.refusedEndpoints says how many, and the message names the first
 // five addresses and why. Each False answer, or a change of its message, is
 // also a Warning Event (AddressesRefused for refused addresses).
+//
+// A consumer may change its ShadowEndpointSlices as often as its API server
+// lets it, and every kube-proxy of the cluster watches EndpointSlices: the
+// EndpointSlice writes are bounded per consumer (--tenant-sync-rate,
+// fairqueue.Limiter). Beyond the bound a slice waits for the consumer's
+// turn and is then written as its ShadowEndpointSlice is at that time.
 package shadowendpointslice
 
 import (
@@ -81,6 +87,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -90,6 +97,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/fairqueue"
 	"github.com/annexhq/annex/internal/controller/predicates"
 	"github.com/annexhq/annex/internal/directconn"
 	"github.com/annexhq/annex/internal/network"
@@ -124,6 +132,11 @@ type Options struct {
 	// service and external CIDR): never a consumer's, whatever its
 	// NetworkConfiguration says.
 	LocalCIDRs []Range
+	// Sync bounds, per consumer, the EndpointSlice writes that follow
+	// changes of its ShadowEndpointSlices (--tenant-sync-rate): a consumer
+	// may change them as often as its API server lets it, and every
+	// kube-proxy of the cluster watches EndpointSlices. Nil: no bound.
+	Sync *fairqueue.Limiter
 }
 
 // BindFlags registers the options that are flags on fs.
@@ -204,8 +217,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 			addresses: &addressVerdict{reason: offloadingv1alpha1.ReasonNoNetworkLink, msg: msg, refused: len(ses.Spec.Template.Endpoints)}})
 	}
 
+	// Read only (LocalIPs): no copy of every pod of the namespace.
 	pods := &corev1.PodList{}
-	if err := r.client.List(ctx, pods, client.InNamespace(ses.Namespace)); err != nil {
+	if err := r.client.List(ctx, pods, client.InNamespace(ses.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list pods: %w", err)
 	}
 	eps, dropped := Endpoints(ses.Spec.Template.Endpoints, LocalIPs(pods.Items))
@@ -225,10 +239,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		return r.setStatus(ctx, ses, verdict{reason: offloadingv1alpha1.ReasonCreationFailed, msg: msg, addresses: addresses})
 	}
 
+	// turn says whether the consumer may have its slice written now
+	// (Options.Sync); when not, the slice is looked at again once it may,
+	// and written as the ShadowEndpointSlice is then.
+	turn := func() (time.Duration, bool) {
+		wait := r.opts.Sync.Wait(consumer, req.NamespacedName)
+		if wait > 0 {
+			ctrl.LoggerFrom(ctx).V(1).Info("Consumer's EndpointSlice writes are over its rate, waiting for its turn", "wait", wait)
+		}
+		return wait, wait == 0
+	}
 	got := &discoveryv1.EndpointSlice{}
 	err = r.client.Get(ctx, req.NamespacedName, got)
 	switch {
 	case apierrors.IsNotFound(err):
+		if wait, ok := turn(); !ok {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
 		if err := r.client.Create(ctx, want); err != nil {
 			if refused(err) {
 				return ctrl.Result{}, failed("cannot create the EndpointSlice: " + err.Error())
@@ -252,6 +279,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		}
 		return ctrl.Result{RequeueAfter: r.opts.PendingRequeue}, nil
 	case !same(got, want):
+		if wait, ok := turn(); !ok {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
 		got.Labels = want.Labels
 		got.Endpoints = want.Endpoints
 		got.Ports = want.Ports
@@ -507,25 +537,33 @@ func isShadowRef(ref *metav1.OwnerReference) bool {
 }
 
 // SetupWithManager registers the controller "shadowendpointslice" on mgr. It
-// is triggered by ShadowEndpointSlice creation and spec changes, by changes
+// is triggered by ShadowEndpointSlice creation, spec changes and changes of
+// its direct-connections annotation (not of others, which the consumer may
+// change at will and nothing reads), by changes
 // of the EndpointSlices it owns (labelled managed-by=annex.dev), and by pods
 // appearing, disappearing, changing IPs or finishing, which re-evaluates
 // every ShadowEndpointSlice of their namespace.
 //
 // It reads EndpointSlices and pods from the manager's cache; it needs no
 // restriction of it (the consumer side of Annex reads every EndpointSlice
-// from the same cache).
+// from the same cache). Its queue serves the consumers in turn
+// (fairqueue.NewQueue).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetLabels()[discoveryv1.LabelManagedBy] == ManagedBy
 	})
+	newQueue, err := fairqueue.ForTenants(mgr)
+	if err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("shadowendpointslice").
 		For(&offloadingv1alpha1.ShadowEndpointSlice{}, builder.WithPredicates(
-			predicate.Or(predicates.SpecChanged(), predicate.AnnotationChangedPredicate{}))).
+			predicate.Or(predicates.SpecChanged(), predicates.AnnotationChanged(corev1alpha1.AnnotationDirectConnectionsData)))).
 		Owns(&discoveryv1.EndpointSlice{}, builder.WithPredicates(ours)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.slicesInNamespace), builder.WithPredicates(podAddressChanged())).
 		Watches(&networkingv1alpha1.NetworkConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.allSlices), builder.WithPredicates(mappingChanged())).
+		WithOptions(controller.Options{NewQueue: newQueue}).
 		Complete(r)
 }
 

@@ -24,6 +24,7 @@ import (
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/fairqueue"
 )
 
 var now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -455,5 +456,71 @@ func TestDirectConnections(t *testing.T) {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestEndpointSliceWritesBoundedPerConsumer: a consumer changing its
+// ShadowEndpointSlice faster than --tenant-sync-rate has its EndpointSlice
+// written at that rate, with the endpoints it has when its turn comes.
+func TestEndpointSliceWritesBoundedPerConsumer(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).
+		WithStatusSubresource(&offloadingv1alpha1.ShadowEndpointSlice{}).
+		WithObjects(namespace(ns, "alpha"), localPod(), alphaLink(), shadow()).Build()
+	clk := clocktesting.NewFakePassiveClock(now)
+	r := New(c, events.NewFakeRecorder(100), Options{Clock: clk,
+		Sync: fairqueue.NewLimiter(fairqueue.LimiterOptions{Rate: 1, Burst: 1}, clk)})
+	req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "web-abcde"}}
+
+	type result struct {
+		RequeueAfter time.Duration
+		Endpoints    []string // of the EndpointSlice afterwards
+	}
+	steps := []struct {
+		advance  time.Duration
+		endpoint string // the ShadowEndpointSlice's second endpoint is changed to it first ("": unchanged)
+	}{
+		{0, ""},                              // created with the token
+		{0, "10.2.0.2"},                      // its next turn is in 1 s
+		{400 * time.Millisecond, "10.2.0.3"}, // still not
+		{600 * time.Millisecond, ""},         // its turn: the latest endpoints
+		{0, ""},                              // up to date: nothing to wait for
+	}
+	want := []result{
+		{0, []string{"10.2.0.1", "10.3.0.1"}},
+		{time.Second, []string{"10.2.0.1", "10.3.0.1"}},
+		{600 * time.Millisecond, []string{"10.2.0.1", "10.3.0.1"}},
+		{0, []string{"10.2.0.1", "10.2.0.3"}},
+		{0, []string{"10.2.0.1", "10.2.0.3"}},
+	}
+	var got []result
+	for _, st := range steps {
+		clk.SetTime(clk.Now().Add(st.advance))
+		if st.endpoint != "" {
+			ses := &offloadingv1alpha1.ShadowEndpointSlice{}
+			if err := c.Get(ctx, req.NamespacedName, ses); err != nil {
+				t.Fatal(err)
+			}
+			ses.Spec.Template.Endpoints = []discoveryv1.Endpoint{endpoint("10.2.0.1"), endpoint(st.endpoint)}
+			if err := c.Update(ctx, ses); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := r.Reconcile(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slice := &discoveryv1.EndpointSlice{}
+		if err := c.Get(ctx, req.NamespacedName, slice); err != nil {
+			t.Fatal(err)
+		}
+		var addrs []string
+		for _, ep := range slice.Endpoints {
+			addrs = append(addrs, ep.Addresses...)
+		}
+		got = append(got, result{res.RequeueAfter, addrs})
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("reconciles (-want +got):\n%s", diff)
 	}
 }

@@ -50,7 +50,9 @@
 // normally costs no ShadowPod status write at all (issue #20: the consumer
 // watches the pods, protobuf-encoded, instead). Label and annotation
 // changes in the ShadowPod's spec are added to the pod (keys are never
-// removed: others, such as network plugins, annotate pods too); other spec
+// removed: others, such as network plugins, annotate pods too), at most
+// --tenant-sync-rate pod patches a second per consumer (fairqueue.Limiter;
+// changes beyond it wait and are then written together); other spec
 // changes are not propagated, as a pod's spec is immutable.
 package shadowpod
 
@@ -86,6 +88,7 @@ import (
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/fairqueue"
 	"github.com/annexhq/annex/internal/controller/predicates"
 	"github.com/annexhq/annex/internal/controller/replicator"
 	"github.com/annexhq/annex/internal/podstatus"
@@ -262,10 +265,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 	// The pod is in the cache: the quota sees it without our help.
 	r.forget(req.NamespacedName)
-	if err := r.syncMetadata(ctx, sp, pod); err != nil {
+	wait, err := r.syncMetadata(ctx, sp, pod, consumer)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.recordStatus(ctx, sp, pod)
+	return ctrl.Result{RequeueAfter: wait}, r.recordStatus(ctx, sp, pod)
 }
 
 // orphaned reports whether pod was created by this controller (labelled
@@ -665,11 +669,20 @@ func (r *Reconciler) desiredPod(sp *offloadingv1alpha1.ShadowPod) (_ *corev1.Pod
 }
 
 // syncMetadata adds the ShadowPod's labels and annotations that its pod
-// may carry (podMetadata) to pod.
-func (r *Reconciler) syncMetadata(ctx context.Context, sp *offloadingv1alpha1.ShadowPod, pod *corev1.Pod) error {
+// may carry (podMetadata) to pod, when the consumer's turn has come
+// (Options.Sync): the consumer changes them at will, and each change would
+// cost a pod patch, seen by every watcher of pods. Otherwise it returns how
+// long until its turn; the ShadowPod is looked at again then and its pod
+// gets the labels and annotations it has at that time, however many
+// changes came in between.
+func (r *Reconciler) syncMetadata(ctx context.Context, sp *offloadingv1alpha1.ShadowPod, pod *corev1.Pod, consumer string) (time.Duration, error) {
 	wantLabels, wantAnnotations, dropped := r.podMetadata(sp)
 	if hasAll(pod.Labels, wantLabels) && hasAll(pod.Annotations, wantAnnotations) {
-		return nil
+		return 0, nil
+	}
+	if wait := r.opts.Sync.Wait(consumer, client.ObjectKeyFromObject(sp)); wait > 0 {
+		ctrl.LoggerFrom(ctx).V(1).Info("Consumer's label and annotation syncs are over its rate, waiting for its turn", "wait", wait)
+		return wait, nil
 	}
 	r.reportDropped(ctx, sp, dropped)
 	orig := pod.DeepCopy()
@@ -684,9 +697,9 @@ func (r *Reconciler) syncMetadata(ctx context.Context, sp *offloadingv1alpha1.Sh
 		maps.Copy(pod.Annotations, wantAnnotations)
 	}
 	if err := r.client.Patch(ctx, pod, client.MergeFrom(orig)); err != nil {
-		return fmt.Errorf("update pod labels and annotations: %w", err)
+		return 0, fmt.Errorf("update pod labels and annotations: %w", err)
 	}
-	return nil
+	return 0, nil
 }
 
 // recordStatus records in sp's status what the consumer cannot read from pod: its
@@ -795,7 +808,9 @@ func hasAll(got, want map[string]string) bool {
 // status writes) and by the changes of a pod labelled annex.dev/shadowpod
 // that Reconcile acts on (podChangeMatters), which wake the ShadowPod of the
 // same name (a final state recorded, re-creation after a deletion, and the
-// deletion of a pod left orphaned).
+// deletion of a pod left orphaned). Its queue serves the consumers in turn
+// (fairqueue.NewQueue): keys one consumer queues by the thousand do not hold
+// up another's ShadowPods.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	podEvents := predicate.And(predicate.NewPredicateFuncs(func(o client.Object) bool {
 		_, ok := o.GetLabels()[offloadingv1alpha1.LabelShadowPod]
@@ -810,11 +825,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byKey := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
 	})
+	newQueue, err := fairqueue.ForTenants(mgr)
+	if err != nil {
+		return err
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("shadowpod").
 		For(&offloadingv1alpha1.ShadowPod{}, builder.WithPredicates(predicates.SpecChanged())).
 		Watches(&corev1.Pod{}, byKey, builder.WithPredicates(podEvents))
-	return b.WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).Complete(r)
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles,
+		NewQueue: newQueue}).Complete(r)
 }
 
 // podChangeMatters reports whether an update from old to pod can change

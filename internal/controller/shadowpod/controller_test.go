@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +29,7 @@ import (
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/fairqueue"
 	"github.com/annexhq/annex/internal/controller/replicator"
 	"github.com/annexhq/annex/internal/podstatus"
 )
@@ -916,5 +918,73 @@ func TestPodChangeMatters(t *testing.T) {
 	later.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c"}}
 	if !podChangeMatters(finished, later) {
 		t.Error("a finished pod's status change is dropped: its recorded final state would miss it")
+	}
+}
+
+// TestMetadataSyncsBoundedPerConsumer: a consumer changing its ShadowPods'
+// labels faster than --tenant-sync-rate has its pods patched at that rate,
+// each with the ShadowPod's labels as they are when its turn comes, while
+// another consumer's pod is patched at once.
+func TestMetadataSyncsBoundedPerConsumer(t *testing.T) {
+	s := testScheme(t)
+	relabelled := func(ns, name string) (*offloadingv1alpha1.ShadowPod, *corev1.Pod) {
+		sp := shadowPod(t, ns, name, "cpu=100m")
+		pod := podOf(sp, running)
+		sp.Spec.PodLabels = map[string]string{"app": "web", "version": "2"}
+		return sp, pod
+	}
+	objs := []client.Object{remoteNS(ns, "alpha"), remoteNS("web-gamma", "gamma"),
+		slice(t, "peering", "alpha", corev1alpha1.ResourceSliceAccepted, "cpu=4,memory=8Gi,pods=10")}
+	for _, k := range []types.NamespacedName{{Namespace: ns, Name: "a1"}, {Namespace: ns, Name: "a2"}, {Namespace: ns, Name: "a3"}, {Namespace: "web-gamma", Name: "g1"}} {
+		sp, pod := relabelled(k.Namespace, k.Name)
+		objs = append(objs, sp, pod)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&offloadingv1alpha1.ShadowPod{}).WithObjects(objs...).Build()
+	clk := clocktesting.NewFakePassiveClock(now.Time)
+	r := New(c, events.NewFakeRecorder(100), Options{Sync: fairqueue.NewLimiter(fairqueue.LimiterOptions{Rate: 1, Burst: 1}, clk)})
+
+	type result struct {
+		Key          string
+		RequeueAfter time.Duration
+		Version      string // the pod's label "version" afterwards
+	}
+	steps := []struct {
+		advance time.Duration
+		ns, sp  string
+	}{
+		{0, ns, "a1"},          // alpha's token
+		{0, ns, "a2"},          // alpha's next turn, in 1 s
+		{0, ns, "a3"},          // and the one after, in 2 s
+		{0, "web-gamma", "g1"}, // gamma is not held up
+		{500 * time.Millisecond, ns, "a2"},
+		{500 * time.Millisecond, ns, "a2"}, // its turn
+		{time.Second, ns, "a3"},            // its turn
+	}
+	want := []result{
+		{"web-alpha/a1", 0, "2"},
+		{"web-alpha/a2", time.Second, ""},
+		{"web-alpha/a3", 2 * time.Second, ""},
+		{"web-gamma/g1", 0, "2"},
+		{"web-alpha/a2", 500 * time.Millisecond, ""},
+		{"web-alpha/a2", 0, "2"},
+		{"web-alpha/a3", 0, "2"},
+	}
+	var got []result
+	ctx := context.Background()
+	for _, st := range steps {
+		clk.SetTime(clk.Now().Add(st.advance))
+		key := types.NamespacedName{Namespace: st.ns, Name: st.sp}
+		res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+		if err != nil {
+			t.Fatalf("Reconcile(%s): %v", key, err)
+		}
+		pod := &corev1.Pod{}
+		if err := c.Get(ctx, key, pod); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, result{key.String(), res.RequeueAfter, pod.Labels["version"]})
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("reconciles (-want +got):\n%s", diff)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/annexhq/annex/internal/controller/fairqueue"
 	"github.com/annexhq/annex/internal/controller/resourceslice"
 )
 
@@ -43,8 +44,14 @@ type Options struct {
 	// MaxConcurrentReconciles is the number of workers
 	// (DefaultMaxConcurrentReconciles). Only the quota check of each
 	// admission is serialized, per consumer; pod creations and status
-	// mirroring run in parallel.
+	// mirroring run in parallel. The workers take the consumers' keys in
+	// turn (fairqueue.NewQueue).
 	MaxConcurrentReconciles int
+	// Sync bounds, per consumer, the pod patches that carry a ShadowPod's
+	// label and annotation changes to its pod (--tenant-sync-rate): a
+	// consumer may change them as often as its API server lets it. Nil:
+	// no bound.
+	Sync *fairqueue.Limiter
 }
 
 // DefaultOptions are the options of an agent started without flags: the
