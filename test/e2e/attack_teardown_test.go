@@ -57,7 +57,7 @@ func linkWithoutPeeringClosed(ctx context.Context, t *testing.T, provider *testA
 	// The stop itself leaves the link without its ForeignCluster: what
 	// matters is what the gateway accepts meanwhile.
 	w := watchLink(ctx, file, admin, consumer, forbidden, false)
-	defer w.stop()
+	defer func() { _ = w.stop() }() // on the early returns; the others report what it saw
 	if err := admin.Delete(ctx, &corev1alpha1.ForeignCluster{ObjectMeta: metav1.ObjectMeta{Name: consumer}}); err != nil {
 		return fmt.Errorf("delete the provider's ForeignCluster %s: %w", consumer, err)
 	}
@@ -82,7 +82,7 @@ func goodbyeTakesTheLinkFirst(ctx context.Context, t *testing.T, provider *testA
 		return err
 	}
 	w := watchLink(ctx, file, admin, consumer, forbidden, true)
-	defer w.stop()
+	defer func() { _ = w.stop() }() // on the early returns; the others report what it saw
 	tenantNS := corev1alpha1.TenantNamespaceName(consumer)
 	released, _ := json.Marshal(map[string]any{"spec": map[string]any{"renewTime": metav1.NewMicroTime(time.Unix(corev1alpha1.HeartbeatReleasedUnix, 0))}})
 	if err := tenant.Patch(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: corev1alpha1.HeartbeatLeaseName}},
