@@ -21,22 +21,11 @@ func say(args []string, stdout io.Writer) int {
 // status is not 2xx, 2 on bad usage. No proxy is used, whatever the
 // environment says: the request goes where the URL says.
 func get(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("get", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long (connecting and reading the reply)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: echo-server get [-timeout 5s] URL")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	url, timeout, ok := oneArgWithTimeout("get", "URL", 5*time.Second, "give up after this long (connecting and reading the reply)", args, stderr)
+	if !ok {
 		return 2
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
-	}
-	url := fs.Arg(0)
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -66,22 +55,12 @@ func get(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // network policy's drop (a timeout) from a port nothing listens on
 // (refused) in its message.
 func dial(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dial", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	timeout := fs.Duration("timeout", 3*time.Second, "give up connecting after this long")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: echo-server dial [-timeout 3s] HOST:PORT")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	addr, timeout, ok := oneArgWithTimeout("dial", "HOST:PORT", 3*time.Second, "give up connecting after this long", args, stderr)
+	if !ok {
 		return 2
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
-	}
-	d := net.Dialer{Timeout: *timeout}
-	conn, err := d.DialContext(ctx, "tcp", fs.Arg(0))
+	d := net.Dialer{Timeout: timeout}
+	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "echo-server dial: %v\n", err)
 		return 1
@@ -89,6 +68,27 @@ func dial(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "connected to %s from %s\n", conn.RemoteAddr(), conn.LocalAddr())
 	_ = conn.Close()
 	return 0
+}
+
+// oneArgWithTimeout parses the arguments of command cmd: an optional
+// -timeout (default def) and exactly one argument, named arg in the usage
+// it prints to stderr when they are wrong (ok false).
+func oneArgWithTimeout(cmd, arg string, def time.Duration, help string, args []string, stderr io.Writer) (string, time.Duration, bool) {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	timeout := fs.Duration("timeout", def, help)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: echo-server %s [-timeout %s] %s\n", cmd, def, arg)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return "", 0, false
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return "", 0, false
+	}
+	return fs.Arg(0), *timeout, true
 }
 
 // maxBurn bounds burn, so a mistyped duration cannot keep a CPU busy for

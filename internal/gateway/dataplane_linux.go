@@ -565,9 +565,7 @@ func addOutbound(n *nftables.Conn, tbl *nftables.Table, c Config, accept map[str
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(devicePrefix)}, // relayed
 		&expr.Verdict{Kind: expr.VerdictReturn})
 	// Not from the pod CIDR: return.
-	notPod := matchPrefix(12, c.PodCIDR)
-	notPod[len(notPod)-1].(*expr.Cmp).Op = expr.CmpOpNeq
-	add(append(notPod, &expr.Verdict{Kind: expr.VerdictReturn})...)
+	add(append(comparePrefix(12, c.PodCIDR, expr.CmpOpNeq), &expr.Verdict{Kind: expr.VerdictReturn})...)
 	add(source(), &expr.Lookup{SourceRegister: 1, SetName: own.Name, SetID: own.ID}, &expr.Verdict{Kind: expr.VerdictReturn})
 	for _, l := range c.Links {
 		set := accept[l.Peer]
@@ -671,12 +669,18 @@ func deleteTable() error {
 // matchPrefix matches the IPv4 address at offset off (12 source, 16
 // destination) against p.
 func matchPrefix(off uint32, p netip.Prefix) []expr.Any {
+	return comparePrefix(off, p, expr.CmpOpEq)
+}
+
+// comparePrefix compares the address at offset off with prefix p by op:
+// CmpOpEq matches addresses inside p, CmpOpNeq those outside.
+func comparePrefix(off uint32, p netip.Prefix, op expr.CmpOp) []expr.Any {
 	mask := net.CIDRMask(p.Bits(), 32)
 	addr := p.Masked().Addr().As4()
 	return []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: 4},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: addr[:]},
+		&expr.Cmp{Op: op, Register: 1, Data: addr[:]},
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -112,26 +111,6 @@ func tenantNetworkConfined(t *testing.T, beta *localcluster.Cluster, cb client.C
 // labels) on beta's real node and returns it Running with its IP.
 func networkBystander(t *testing.T, cl client.Client, image, ns string, labels map[string]string) *corev1.Pod {
 	t.Helper()
-	ctx := context.Background()
-	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cl.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	})
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bystander"},
-		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To(int64(1)), Containers: []corev1.Container{echoContainer(image)}}}
-	if err := cl.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 60*time.Second, "bystander in "+ns+" running", func() error {
-		if err := cl.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-			return err
-		}
-		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
-			return fmt.Errorf("phase %s ip %q", p.Status.Phase, p.Status.PodIP)
-		}
-		return nil
-	})
-	return p
+	return runningPod(t, cl, labels, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bystander"},
+		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To(int64(1)), Containers: []corev1.Container{echoContainer(image)}}}, 60*time.Second)
 }

@@ -426,34 +426,42 @@ func TestHostileConsumer(t *testing.T) {
 // namespace of cluster "someone-else") and returns them Running.
 func providerBystanders(t *testing.T, c *localcluster.Cluster, cl client.Client) (own, other *corev1.Pod) {
 	t.Helper()
-	ctx := context.Background()
 	mk := func(ns string, labels map[string]string) *corev1.Pod {
-		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cl.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		})
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bystander"},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}}
-		if err := cl.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, 30*time.Second, "bystander in "+ns+" running", func() error {
-			if err := cl.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-				return err
-			}
-			if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
-				return fmt.Errorf("phase %s ip %q", p.Status.Phase, p.Status.PodIP)
-			}
-			return nil
-		})
-		return p
+		return runningPod(t, cl, labels, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bystander"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}}, 30*time.Second)
 	}
 	own = mk("provider-own", nil)
 	other = mk("shop-someone-else", map[string]string{corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex, corev1alpha1.LabelRemoteClusterID: "someone-else"})
 	_ = c
 	return own, other
+}
+
+// runningPod creates p's namespace with labels (unless it exists; deleted
+// at cleanup) and p, and returns p once it is Running with an IP, waiting
+// at most timeout.
+func runningPod(t *testing.T, cl client.Client, labels map[string]string, p *corev1.Pod, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	ns := p.Namespace
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cl.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	})
+	if err := cl.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, "pod "+ns+"/"+p.Name+" Running with an IP", func() error {
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			return fmt.Errorf("phase %s ip %q", p.Status.Phase, p.Status.PodIP)
+		}
+		return nil
+	})
+	return p
 }
 
 // endpointsConfined writes a ShadowEndpointSlice holding addresses the

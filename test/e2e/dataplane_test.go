@@ -341,25 +341,7 @@ func TestDataPlane(t *testing.T) {
 // consumer (a tenant the test makes up), and returns it Running with its IP.
 func tenantPodOn(t *testing.T, c client.Client, ns, consumer string) *corev1.Pod {
 	t.Helper()
-	ctx := context.Background()
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{
-		corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex, corev1alpha1.LabelRemoteClusterID: consumer}}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}) })
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "intruder", Labels: map[string]string{sandboxnet.LabelSandboxNetns: "true"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}}
-	if err := c.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 60*time.Second, "pod "+ns+"/intruder Running with an IP", func() error {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-			return err
-		}
-		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
-			return fmt.Errorf("phase %s ip %q", p.Status.Phase, p.Status.PodIP)
-		}
-		return nil
-	})
-	return p
+	return runningPod(t, c, map[string]string{corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex, corev1alpha1.LabelRemoteClusterID: consumer},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "intruder", Labels: map[string]string{sandboxnet.LabelSandboxNetns: "true"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}}, 60*time.Second)
 }

@@ -2,6 +2,7 @@ package install
 
 import (
 	"context"
+	"maps"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -38,7 +39,7 @@ func testMetadataKeys(ctx context.Context, t *testing.T, admin, tenant client.Cl
 		"annex.dev/managed-by": "annex", "annex.dev/remote-cluster-id": "c1"}
 	wantAnnotations := map[string]string{"note": "kept", "metallb.universe.tf/address-pool": "allowed-by-the-test's-policy"}
 	meta := func(name string) metav1.ObjectMeta {
-		return metav1.ObjectMeta{Namespace: remoteNS, Name: name, Labels: clone(labels), Annotations: clone(annotations)}
+		return metav1.ObjectMeta{Namespace: remoteNS, Name: name, Labels: maps.Clone(labels), Annotations: maps.Clone(annotations)}
 	}
 	svc := clusterIPService("keys")
 	svc.ObjectMeta = meta("keys")
@@ -64,8 +65,8 @@ func testMetadataKeys(ctx context.Context, t *testing.T, admin, tenant client.Cl
 				t.Fatalf("create: %v", err)
 			}
 			defer func() { _ = admin.Delete(ctx, obj) }()
-			obj.SetLabels(clone(labels))
-			obj.SetAnnotations(clone(annotations))
+			obj.SetLabels(maps.Clone(labels))
+			obj.SetAnnotations(maps.Clone(annotations))
 			if err := tenant.Update(ctx, obj); err != nil {
 				t.Fatalf("update: %v", err)
 			}
@@ -89,12 +90,4 @@ func check(t *testing.T, what string, obj client.Object, labels, annotations map
 	if diff := cmp.Diff(annotations, obj.GetAnnotations()); diff != "" {
 		t.Errorf("%s: annotations (-want +got):\n%s", what, diff)
 	}
-}
-
-func clone(m map[string]string) map[string]string {
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }

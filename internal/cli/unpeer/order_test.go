@@ -12,8 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -22,6 +20,7 @@ import (
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
 	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
 	"github.com/annexhq/annex/internal/cli"
+	"github.com/annexhq/annex/internal/localcluster/clustertest"
 )
 
 // errKilled is what a write returns once the unpeer is "killed".
@@ -70,18 +69,6 @@ func (k *killer) funcs(cluster string) interceptor.Funcs {
 			return c.SubResource(sub).Patch(ctx, o, p, opts...)
 		},
 	}
-}
-
-func testScheme(t *testing.T) *runtime.Scheme {
-	t.Helper()
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, corev1alpha1.AddToScheme,
-		networkingv1alpha1.AddToScheme, offloadingv1alpha1.AddToScheme} {
-		if err := add(s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return s
 }
 
 // identityOf is a cluster's identity ConfigMap.
@@ -143,7 +130,7 @@ func world(t *testing.T, k *killer, r roles) (alpha, beta *cli.Cluster) {
 		namespace("shop-alpha", tenantLabels),
 	}
 	build := func(name string, objs []client.Object) *cli.Cluster {
-		c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).
+		c := fake.NewClientBuilder().WithScheme(clustertest.Scheme(t)).WithObjects(objs...).
 			WithStatusSubresource(&corev1alpha1.ForeignCluster{}).
 			WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
 			WithInterceptorFuncs(k.funcs(name)).Build()
