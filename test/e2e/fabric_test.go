@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -226,18 +225,44 @@ func checkNodesAsBefore(ctx context.Context, t *testing.T, c *localcluster.Clust
 			t.Fatal(err)
 		}
 		var now string
-		eventually(t, 30*time.Second, n.Name+"'s routes, rules and nftables ruleset as before Annex", func() error {
+		// kube-router, where it runs, rewrites its rules at least once a
+		// minute (kubeRouterSyncPeriod) even if it missed a pod's deletion.
+		eventually(t, 90*time.Second, n.Name+"'s routes, rules and nftables ruleset as before Annex", func() error {
 			now, err = sandbox.NodeNetworkState(ctx, n.Netns)
 			if err != nil {
 				return err
 			}
-			if diff := cmp.Diff(sortChains(string(before)), sortChains(now)); diff != "" {
-				return fmt.Errorf("(-before +now):\n%s", diff)
+			if diff := lineDiff(sortChains(string(before)), sortChains(now)); diff != "" {
+				return fmt.Errorf("lines that differ (-before +now):\n%s", diff)
 			}
 			return nil
 		})
 		t.Logf("%s: as before Annex (%d lines of routes, rules and nftables rules)", n.Name, strings.Count(now, "\n"))
 	}
+}
+
+// lineDiff lists the lines only before has (-) and only now has (+), each
+// as often as it is missing from the other: short enough to be read whole
+// at the end of a long log, where a diff with context would be cut.
+func lineDiff(before, now string) string {
+	count := map[string]int{}
+	for _, l := range strings.Split(before, "\n") {
+		count[l]++
+	}
+	for _, l := range strings.Split(now, "\n") {
+		count[l]--
+	}
+	var out []string
+	for l, n := range count {
+		for ; n > 0; n-- {
+			out = append(out, "- "+l)
+		}
+		for ; n < 0; n++ {
+			out = append(out, "+ "+l)
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "\n")
 }
 
 // sortChains sorts the rules inside each nftables chain of a ruleset's
