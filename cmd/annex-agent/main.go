@@ -43,6 +43,7 @@ import (
 	"github.com/annexhq/annex/internal/controller/shadowendpointslice"
 	"github.com/annexhq/annex/internal/controller/shadowpod"
 	"github.com/annexhq/annex/internal/controller/tenantgc"
+	"github.com/annexhq/annex/internal/controller/tenantquota"
 	"github.com/annexhq/annex/internal/controller/transit"
 	"github.com/annexhq/annex/internal/identity"
 	"github.com/annexhq/annex/internal/kubeletserver"
@@ -84,6 +85,8 @@ func run() error {
 	sliceOpts.BindFlags(fs)
 	shadowPodOpts.BindFlags(fs)
 	remoteNSOpts.BindFlags(fs)
+	var budget corev1.ResourceList
+	tenantquota.BindFlags(fs, &budget)
 	endpointOpts.BindFlags(fs)
 	vnOpts.BindFlags(fs)
 	kubeletOpts.BindFlags(fs)
@@ -198,6 +201,7 @@ func run() error {
 	netView := netview.New(mgr.GetClient())
 	netView.SetLocalRanges(id.Prefixes()...)
 	remoteNSOpts.Reader = mgr.GetAPIReader()
+	remoteNSOpts.ShareQuota = len(budget) > 0
 	remoteNSOpts.PodCIDR, _ = netip.ParsePrefix(id.PodCIDR) // none: no NetworkPolicies
 	vnOpts.PodIPTranslator = netView.PodIP
 	sent := &heartbeat.Sent{}
@@ -226,6 +230,7 @@ func run() error {
 		&failover.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Remotes: remotes, Heartbeats: sent, Recorder: mgr.GetEventRecorder("annex-failover"), Clock: clock.RealClock{}},
 		&fencing.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-fencing"), Clock: clock.RealClock{}, Heard: heard},
 		&tenantgc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-tenantgc"), Clock: clock.RealClock{}, GracePeriod: tenantGrace, Heard: heard},
+		&tenantquota.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Budget: budget},
 		&linkgc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-linkgc")},
 		resourceslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-resourceslice"), id.ClusterID, sliceOpts),
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,6 +26,50 @@ const (
 	attackMaxDataBytes     = 256 << 10
 	attackMaxEventBytes    = 4 << 10
 )
+
+// attackSecretBudget is the provider's budget of Secrets per tenant in
+// TestHostileConsumer (--tenant-object-budget).
+const attackSecretBudget = 12
+
+// secretsPastTheBudgetRefused: Secrets created in turn in two remote
+// namespaces, until none has been admitted for 5 s: the refusals name the
+// share of the budget (ResourceQuota annex-tenant-share), the tenant stores
+// no more Secrets than its budget in both namespaces together, and it
+// reached it (the budget goes where the tenant writes). They are deleted
+// again.
+func secretsPastTheBudgetRefused(ctx context.Context, tenant, provider client.Client, namespaces ...string) error {
+	var made []*corev1.Secret
+	defer func() {
+		for _, s := range made {
+			_ = tenant.Delete(context.Background(), s)
+		}
+	}()
+	last := time.Now()
+	for i := 0; time.Since(last) < 5*time.Second; i++ {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespaces[i%len(namespaces)], Name: fmt.Sprintf("budget-%d", i)}}
+		err := tenant.Create(ctx, s)
+		if err == nil {
+			made, last = append(made, s), time.Now()
+			continue
+		}
+		if err := refused(err, "annex-tenant-share"); err != nil {
+			return fmt.Errorf("Secret %d: %w", i, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stored := 0
+	for _, ns := range namespaces {
+		list := &corev1.SecretList{}
+		if err := provider.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		stored += len(list.Items)
+	}
+	if stored != attackSecretBudget {
+		return fmt.Errorf("%d Secrets admitted; the two namespaces hold %d, want the budget, %d", len(made), stored, attackSecretBudget)
+	}
+	return nil
+}
 
 // configMapOfOneMiBRefused: a ConfigMap of 1 MiB of data (keys and values,
 // which Kubernetes itself allows) is refused by annex-tenant-configmaps.

@@ -110,7 +110,8 @@ func TestHostileConsumer(t *testing.T) {
 	alpha, beta := env.clusters[0], env.clusters[1]
 	ctx := context.Background()
 	alphaAgent := installAndRunAgent(t, alpha, "alpha")
-	betaAgent := installAndRunAgent(t, beta, "beta")
+	// A small budget of Secrets, so that an attack spends it in seconds.
+	betaAgent := installAndRunAgent(t, beta, "beta", fmt.Sprintf("--tenant-object-budget=configmaps=250,secrets=%d,services=100", attackSecretBudget))
 	peer(t, alpha, beta)
 	t.Cleanup(func() {
 		if out, err := annexctl(t, "unpeer", "--kubeconfig", alpha.KubeconfigPath(), "--remote-kubeconfig", beta.KubeconfigPath()); err != nil {
@@ -124,9 +125,17 @@ func TestHostileConsumer(t *testing.T) {
 	if out, err := annexctl(t, "offload", "namespace", "attack", "--kubeconfig", alpha.KubeconfigPath(), "--pod-strategy", "Remote"); err != nil {
 		t.Fatalf("offload: %v\n%s", err, out)
 	}
-	const remoteNS = "attack-alpha"
-	eventually(t, 30*time.Second, "remote namespace "+remoteNS, func() error {
-		return cb.Get(ctx, client.ObjectKey{Name: remoteNS}, &corev1.Namespace{})
+	// A second remote namespace, to spread a budget over.
+	if err := ca.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "attack2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := annexctl(t, "offload", "namespace", "attack2", "--kubeconfig", alpha.KubeconfigPath(), "--pod-strategy", "Remote"); err != nil {
+		t.Fatalf("offload: %v\n%s", err, out)
+	}
+	const remoteNS, remoteNS2 = "attack-alpha", "attack2-alpha"
+	eventually(t, 30*time.Second, "remote namespaces "+remoteNS+" and "+remoteNS2, func() error {
+		return errors.Join(cb.Get(ctx, client.ObjectKey{Name: remoteNS}, &corev1.Namespace{}),
+			cb.Get(ctx, client.ObjectKey{Name: remoteNS2}, &corev1.Namespace{}))
 	})
 	tenant := tenantClient(t, ca, "beta")
 	tenantNS := corev1alpha1.TenantNamespaceName("alpha")
@@ -339,6 +348,9 @@ func TestHostileConsumer(t *testing.T) {
 		{"a Secret over the bound", func() error { return secretOverTheBoundRefused(ctx, tenant, remoteNS) }},
 		{"annotations over the bound on a Service", func() error { return annotationsOverTheBoundRefused(ctx, tenant, remoteNS) }},
 		{"an Event flood", func() error { return eventsRefused(ctx, tenant, cb, remoteNS) }},
+		{"Secrets spread over two remote namespaces past the tenant's budget", func() error {
+			return secretsPastTheBudgetRefused(ctx, tenant, cb, remoteNS, remoteNS2)
+		}},
 
 		// The heartbeat Lease is judged on the provider's clock.
 		{"heartbeat renewTime a year ahead, leaseDurationSeconds of ten years, another holderIdentity, annotations saying no fence", func() error {

@@ -82,6 +82,7 @@ import (
 	"github.com/annexhq/annex/internal/controller/fairqueue"
 	"github.com/annexhq/annex/internal/controller/predicates"
 	"github.com/annexhq/annex/internal/controller/replicator"
+	"github.com/annexhq/annex/internal/controller/tenantquota"
 )
 
 // +kubebuilder:rbac:groups=offloading.annex.dev,resources=remotenamespaces,verbs=get;list;watch;update;patch
@@ -272,10 +273,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if err := r.ensureNetworkPolicy(ctx, ns.Name, consumer); err != nil {
 		return ctrl.Result{}, err
 	}
-	if wait, err := r.awaitQuota(ctx, q); err != nil || wait {
+	if wait, name, err := r.awaitQuotas(ctx, q); err != nil || wait {
 		if err == nil {
 			err = r.setStatus(ctx, rn, offloadingv1alpha1.RemoteNamespacePending, offloadingv1alpha1.ReasonPending,
-				fmt.Sprintf("namespace %s is created; waiting for the cluster to count its ResourceQuota %s before the consumer may write there", ns.Name, QuotaName))
+				fmt.Sprintf("namespace %s is created; waiting for the cluster to count its ResourceQuota %s before the consumer may write there", ns.Name, name))
 		}
 		return ctrl.Result{RequeueAfter: r.opts.PendingRequeue}, err
 	}
@@ -456,23 +457,35 @@ func (r *Reconciler) ensure(ctx context.Context, kind string, want, got client.O
 	return false, nil
 }
 
-// awaitQuota reports whether the consumer must wait before it is granted
-// access to the namespace of q, its ResourceQuota QuotaName as it is now:
-// the cluster's quota controller has not counted it yet (until it has, the
-// API server refuses every object the quota counts) and the consumer has no
-// access yet. A consumer that has access keeps it meanwhile.
-func (r *Reconciler) awaitQuota(ctx context.Context, q *corev1.ResourceQuota) (bool, error) {
-	if counted(q) {
-		return false, nil
+// awaitQuotas reports whether the consumer must wait before it is granted
+// access to the namespace of q, its ResourceQuota QuotaName as it is now,
+// and the name of the quota it waits for: the cluster's quota controller
+// has not counted q, or (with Options.ShareQuota) the namespace's share of
+// the consumer's budget, yet (until it has, the API server refuses every
+// object the quota counts), and the consumer has no access yet. A consumer
+// that has access keeps it meanwhile.
+func (r *Reconciler) awaitQuotas(ctx context.Context, q *corev1.ResourceQuota) (bool, string, error) {
+	name := QuotaName
+	ready := tenantquota.Counted(q)
+	if ready && r.opts.ShareQuota {
+		share := &corev1.ResourceQuota{}
+		err := r.client.Get(ctx, client.ObjectKey{Namespace: q.Namespace, Name: tenantquota.ShareQuotaName}, share)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, "", fmt.Errorf("get ResourceQuota %s/%s: %w", q.Namespace, tenantquota.ShareQuotaName, err)
+		}
+		name, ready = tenantquota.ShareQuotaName, err == nil && tenantquota.Counted(share)
+	}
+	if ready {
+		return false, "", nil
 	}
 	err := r.client.Get(ctx, client.ObjectKey{Namespace: q.Namespace, Name: RoleBindingName}, &rbacv1.RoleBinding{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return true, nil
+		return true, name, nil
 	case err != nil:
-		return false, fmt.Errorf("get RoleBinding %s/%s: %w", q.Namespace, RoleBindingName, err)
+		return false, "", fmt.Errorf("get RoleBinding %s/%s: %w", q.Namespace, RoleBindingName, err)
 	}
-	return false, nil
+	return false, "", nil
 }
 
 // recount deletes the ResourceQuota q (to be created again) when the quota
@@ -488,7 +501,7 @@ func (r *Reconciler) awaitQuota(ctx context.Context, q *corev1.ResourceQuota) (b
 // not written again and again, only one at least RecountAfter old is
 // deleted; the namespace goes without it for that moment.
 func (r *Reconciler) recount(ctx context.Context, q *corev1.ResourceQuota) (time.Duration, error) {
-	if counted(q) || !apiequality.Semantic.DeepEqual(q.Spec.Hard, q.Status.Hard) {
+	if tenantquota.Counted(q) || !apiequality.Semantic.DeepEqual(q.Spec.Hard, q.Status.Hard) {
 		return 0, nil // counted, or not yet (just created or changed)
 	}
 	if wait := RecountAfter - r.opts.Clock.Since(q.CreationTimestamp.Time); wait > 0 {
@@ -516,18 +529,6 @@ func uncounted(q *corev1.ResourceQuota) []corev1.ResourceName {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// counted reports whether q's status holds the usage of every resource of
-// its spec.
-func counted(q *corev1.ResourceQuota) bool {
-	for name, hard := range q.Spec.Hard {
-		got, ok := q.Status.Hard[name]
-		if _, used := q.Status.Used[name]; !ok || !used || got.Cmp(hard) != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // finalize deletes the namespace of a deleted replica, waits until it is
@@ -812,7 +813,7 @@ var replicaChanged = predicate.Or[client.Object](predicates.SpecChanged(),
 func isPolicy(o client.Object) bool {
 	switch o.(type) {
 	case *corev1.ResourceQuota:
-		return o.GetName() == QuotaName
+		return o.GetName() == QuotaName || o.GetName() == tenantquota.ShareQuotaName
 	case *corev1.LimitRange:
 		return o.GetName() == LimitRangeName
 	case *networkingv1.NetworkPolicy:

@@ -135,6 +135,10 @@ type Options struct {
 	// PodSecurity is the Pod Security Admission level enforced (and warned
 	// and audited) in every remote namespace (DefaultPodSecurity).
 	PodSecurity PodSecurityLevel
+	// ShareQuota is set when the tenantquota controller divides each
+	// consumer's budget: a consumer is granted access to a remote namespace
+	// only once its ResourceQuota tenantquota.ShareQuotaName is counted.
+	ShareQuota bool
 	// AllowSameName lets consumers ask for EnforceSameName remote
 	// namespaces (named like their own namespace); refused when false.
 	AllowSameName bool

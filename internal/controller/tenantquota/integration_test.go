@@ -1,0 +1,150 @@
+package tenantquota
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2/textlogger"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/localcluster"
+	"github.com/annexhq/annex/internal/localcluster/clustertest"
+)
+
+// TestIntegration divides budgets against a real API server, whose quota
+// admission and quota controller enforce and count the shares. Consumer
+// alpha has three remote namespaces and a budget of 12 ConfigMaps (each
+// namespace also holds kube-root-ca.crt, which counts): writing into one
+// namespace alone reaches the whole budget and no more, so does writing
+// into all three at once, deleting frees the budget for another namespace,
+// and consumer beta's namespace has a budget of its own.
+func TestIntegration(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	lc := clustertest.Start(ctx, t, localcluster.Options{Name: "tenantquota"})
+	logf.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(0))))
+	s := clustertest.Scheme(t)
+	c, cfg := clustertest.Client(t, lc, s)
+	const budget = 12
+	spaces := map[string]string{"a-alpha": "alpha", "b-alpha": "alpha", "c-alpha": "alpha", "a-beta": "beta"}
+	for name, consumer := range spaces {
+		clustertest.Must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: managedLabels(consumer)}}))
+	}
+	// The tenant namespace is not a remote namespace: it gets no share.
+	clustertest.Must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: corev1alpha1.TenantNamespacePrefix + "alpha", Labels: managedLabels("alpha")}}))
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 s,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	clustertest.Must(t, err)
+	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Budget: corev1.ResourceList{corev1.ResourceConfigMaps: *resource.NewQuantity(budget, resource.DecimalSI)}}
+	clustertest.Must(t, r.SetupWithManager(mgr))
+	mgrCtx, stopMgr := context.WithCancel(ctx)
+	mgrDone := make(chan error, 1)
+	go func() { mgrDone <- mgr.Start(mgrCtx) }()
+	t.Cleanup(func() {
+		stopMgr()
+		if err := <-mgrDone; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	for name := range spaces {
+		clustertest.Eventually(t, 30*time.Second, "the share of "+name+" counted", func() error {
+			q := &corev1.ResourceQuota{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: name, Name: ShareQuotaName}, q); err != nil {
+				return err
+			}
+			if !Counted(q) {
+				return fmt.Errorf("not counted: %+v", q.Status)
+			}
+			return nil
+		})
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: corev1alpha1.TenantNamespacePrefix + "alpha", Name: ShareQuotaName}, &corev1.ResourceQuota{}); !apierrors.IsNotFound(err) {
+		t.Errorf("share in the tenant namespace: %v, want none", err)
+	}
+
+	n := 0
+	// fill creates ConfigMaps in namespaces, in turn, until none has been
+	// admitted for 5 s, and returns how many were; a refusal must be the
+	// share's.
+	fill := func(namespaces ...string) int {
+		t.Helper()
+		made, last := 0, time.Now()
+		for time.Since(last) < 5*time.Second {
+			for _, ns := range namespaces {
+				n++
+				err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%d", n)}})
+				switch {
+				case err == nil:
+					made, last = made+1, time.Now()
+				case apierrors.IsForbidden(err) && strings.Contains(err.Error(), ShareQuotaName):
+				default:
+					t.Fatalf("create a ConfigMap in %s: %v", ns, err)
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return made
+	}
+	stored := func(namespaces ...string) int {
+		t.Helper()
+		total := 0
+		for _, ns := range namespaces {
+			list := &corev1.ConfigMapList{}
+			clustertest.Must(t, c.List(ctx, list, client.InNamespace(ns)))
+			total += len(list.Items)
+		}
+		return total
+	}
+	alpha := []string{"a-alpha", "b-alpha", "c-alpha"}
+	clustertest.Eventually(t, 30*time.Second, "kube-root-ca.crt in every namespace", func() error {
+		if got := stored(alpha...); got != len(alpha) {
+			return fmt.Errorf("%d ConfigMaps", got)
+		}
+		return nil
+	})
+
+	made := fill("a-alpha")
+	if got := stored(alpha...); got != budget {
+		t.Fatalf("writing into a-alpha alone: %d admitted, alpha stores %d ConfigMaps, want its budget %d", made, got, budget)
+	}
+	t.Logf("writing into a-alpha alone: %d admitted, the budget reached", made)
+
+	if made := fill("a-beta"); made != budget-1 {
+		t.Errorf("beta: %d admitted, want %d (its own budget, less its kube-root-ca.crt)", made, budget-1)
+	}
+
+	// Deleting frees the budget for another namespace.
+	list := &corev1.ConfigMapList{}
+	clustertest.Must(t, c.List(ctx, list, client.InNamespace("a-alpha")))
+	freed := 0
+	for _, cm := range list.Items {
+		if cm.Name != "kube-root-ca.crt" && freed < 6 {
+			clustertest.Must(t, c.Delete(ctx, &cm))
+			freed++
+		}
+	}
+	made = fill(alpha...)
+	if got := stored(alpha...); got != budget || made != freed {
+		t.Errorf("after deleting %d in a-alpha, writing into all three: %d admitted, alpha stores %d, want %d", freed, made, got, budget)
+	}
+}

@@ -1,0 +1,261 @@
+// Package tenantquota owns each tenant's object budget: how many objects of
+// a kind (ConfigMaps, Secrets, Services by default) one consumer may store
+// on this provider in all its remote namespaces together, so that what it
+// stores is bounded per tenant in bytes (count × the size bounds of the
+// admission policies), however many namespaces it has.
+//
+// Kubernetes counts objects only per namespace (ResourceQuota), so the
+// budget is divided: every remote namespace of the consumer gets a
+// ResourceQuota ShareQuotaName whose limits are the namespace's share (see
+// Plan), and the API server's quota admission enforces each share. The
+// shares never add up to more than the budget; when a namespace runs low,
+// the free part of the budget is divided again. The ResourceQuota
+// "annex-tenant-quota" of the remotenamespace controller stays as each
+// namespace's own ceiling; an object must fit both. The remotenamespace
+// controller grants the consumer access to a namespace only once its share
+// is counted (Counted).
+//
+// One reconcile key per consumer (its ID as the name); it reads the
+// consumer's namespaces from the cache and their shares from the API server
+// (the usage the quota admission writes at every creation, which a cache
+// may not have yet).
+package tenantquota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+)
+
+// ShareQuotaName is the ResourceQuota of a remote namespace's share of its
+// consumer's budget.
+const ShareQuotaName = "annex-tenant-share"
+
+// DefaultRetry is how soon a tenant is looked at again while a raise waits
+// for a lowering to reach the quota controller.
+const DefaultRetry = time.Second
+
+// +kubebuilder:rbac:groups="",resources=resourcequotas,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+
+// Reconciler keeps the shares of every consumer's budget.
+type Reconciler struct {
+	// Client reads namespaces from the manager's cache and writes quotas.
+	Client client.Client
+	// APIReader reads the shares from the API server.
+	APIReader client.Reader
+	// Budget is the budget of each consumer (--tenant-object-budget);
+	// empty turns the controller off.
+	Budget corev1.ResourceList
+	// Retry is how soon to look again at a raise that waits (DefaultRetry).
+	Retry time.Duration
+}
+
+// Reconcile divides one consumer's budget among its remote namespaces.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	consumer := req.Name
+	namespaces := &corev1.NamespaceList{}
+	if err := r.Client.List(ctx, namespaces, client.MatchingLabels(managedLabels(consumer))); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list the namespaces of consumer %s: %w", consumer, err)
+	}
+	quotas := &corev1.ResourceQuotaList{}
+	if err := r.APIReader.List(ctx, quotas, client.MatchingLabels(managedLabels(consumer))); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list the quotas of consumer %s: %w", consumer, err)
+	}
+	byNamespace := map[string]*corev1.ResourceQuota{}
+	for i := range quotas.Items {
+		if q := &quotas.Items[i]; q.Name == ShareQuotaName {
+			byNamespace[q.Namespace] = q
+		}
+	}
+	var shares []Share
+	for _, ns := range namespaces.Items {
+		if !remoteNamespace(&ns, consumer) {
+			continue
+		}
+		shares = append(shares, Share{Namespace: ns.Name, Active: ns.DeletionTimestamp.IsZero(), Quota: byNamespace[ns.Name]})
+		delete(byNamespace, ns.Name)
+	}
+	// A share whose namespace the cache does not show (yet, or any more)
+	// still counts: its namespace gets nothing new from here.
+	for ns, q := range byNamespace {
+		shares = append(shares, Share{Namespace: ns, Quota: q})
+	}
+	changes, retry := Plan(r.Budget, shares)
+	quotaOf := map[string]*corev1.ResourceQuota{}
+	for _, s := range shares {
+		quotaOf[s.Namespace] = s.Quota
+	}
+	var errs []error
+	for _, c := range changes {
+		if err := r.apply(ctx, consumer, quotaOf[c.Namespace], c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return ctrl.Result{}, err
+	}
+	if retry {
+		return ctrl.Result{RequeueAfter: r.retry()}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// apply creates the share c or sets its limits. An update carries the
+// resourceVersion read, so a share changed since (by the quota admission
+// counting a creation) is planned again from a fresh read.
+func (r *Reconciler) apply(ctx context.Context, consumer string, q *corev1.ResourceQuota, c Change) error {
+	log := ctrl.LoggerFrom(ctx).WithValues("resourceQuota", types.NamespacedName{Namespace: c.Namespace, Name: ShareQuotaName})
+	if q == nil {
+		q = &corev1.ResourceQuota{
+			ObjectMeta: metav1.ObjectMeta{Name: ShareQuotaName, Namespace: c.Namespace, Labels: managedLabels(consumer)},
+			Spec:       corev1.ResourceQuotaSpec{Hard: c.Hard},
+		}
+		if err := r.Client.Create(ctx, q); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create ResourceQuota %s/%s: %w", c.Namespace, ShareQuotaName, err)
+		}
+		log.V(1).Info("Created a namespace's share of its consumer's budget", "hard", format(c.Hard))
+		return nil
+	}
+	if apiequality.Semantic.DeepEqual(q.Spec.Hard, c.Hard) {
+		return nil
+	}
+	q = q.DeepCopy()
+	q.Spec.Hard = c.Hard
+	if err := r.Client.Update(ctx, q); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil // changed or gone meanwhile: the watch brings it back
+		}
+		return fmt.Errorf("update ResourceQuota %s/%s: %w", c.Namespace, ShareQuotaName, err)
+	}
+	log.V(1).Info("Divided the consumer's budget again", "hard", format(c.Hard))
+	return nil
+}
+
+func (r *Reconciler) retry() time.Duration {
+	if r.Retry > 0 {
+		return r.Retry
+	}
+	return DefaultRetry
+}
+
+// Counted reports whether the ResourceQuota q is counted: the quota
+// controller has copied its limits to its status and recorded the usage of
+// each (until then the API server refuses every object it counts).
+func Counted(q *corev1.ResourceQuota) bool {
+	for name, hard := range q.Spec.Hard {
+		got, ok := q.Status.Hard[name]
+		if _, used := q.Status.Used[name]; !ok || !used || got.Cmp(hard) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// remoteNamespace reports whether ns is a remote namespace of consumer
+// (not its tenant namespace, which holds no objects of the budget).
+func remoteNamespace(ns *corev1.Namespace, consumer string) bool {
+	return ns.Labels[corev1alpha1.LabelRemoteClusterID] == consumer &&
+		ns.Labels[corev1alpha1.LabelManagedBy] == corev1alpha1.ManagedByAnnex &&
+		!strings.HasPrefix(ns.Name, corev1alpha1.TenantNamespacePrefix)
+}
+
+func managedLabels(consumer string) map[string]string {
+	return map[string]string{
+		corev1alpha1.LabelRemoteClusterID: consumer,
+		corev1alpha1.LabelManagedBy:       corev1alpha1.ManagedByAnnex,
+	}
+}
+
+func format(l corev1.ResourceList) string {
+	var parts []string
+	for _, name := range sortedNames(l) {
+		q := l[name]
+		parts = append(parts, string(name)+"="+q.String())
+	}
+	return strings.Join(parts, ",")
+}
+
+// consumerOf is the reconcile key of an object labelled with a consumer.
+func consumerOf(_ context.Context, o client.Object) []reconcile.Request {
+	c := o.GetLabels()[corev1alpha1.LabelRemoteClusterID]
+	if c == "" || o.GetLabels()[corev1alpha1.LabelManagedBy] != corev1alpha1.ManagedByAnnex {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: c}}}
+}
+
+// SetupWithManager registers the controller "tenantquota": a remote
+// namespace appearing, starting its deletion or going, and every change of
+// a share (its limits, or the usage the quota admission and the quota
+// controller write), divides that consumer's budget again. With no budget
+// it registers nothing.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if len(r.Budget) == 0 {
+		return nil
+	}
+	isShare := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == ShareQuotaName })
+	namespaceChanged := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero() ||
+			e.ObjectOld.GetLabels()[corev1alpha1.LabelRemoteClusterID] != e.ObjectNew.GetLabels()[corev1alpha1.LabelRemoteClusterID]
+	}}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("tenantquota").
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(consumerOf), builder.WithPredicates(namespaceChanged)).
+		Watches(&corev1.ResourceQuota{}, handler.EnqueueRequestsFromMapFunc(consumerOf), builder.WithPredicates(isShare)).
+		Complete(r)
+}
+
+// ParseBudget parses "configmaps=250,secrets=250": key=count pairs, keys
+// from BudgetKeys or count/<resource>[.<group>], counts non-negative
+// integers.
+func ParseBudget(s string) (corev1.ResourceList, error) {
+	out := corev1.ResourceList{}
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		k = strings.TrimSpace(k)
+		if !ok {
+			return nil, fmt.Errorf("%q is not key=count", kv)
+		}
+		name, known := BudgetKeys[k]
+		if !known {
+			if !strings.HasPrefix(k, "count/") || len(k) == len("count/") {
+				return nil, fmt.Errorf("%q is not one of %s nor count/<resource>.<group>", k, strings.Join(sortedKeys(), ", "))
+			}
+			name = corev1.ResourceName(k)
+		}
+		q, err := resource.ParseQuantity(strings.TrimSpace(v))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+		if n, isInt := q.AsInt64(); !isInt || n < 0 {
+			return nil, fmt.Errorf("%s: %s is not a count (a non-negative integer)", k, q.String())
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("%q given twice", k)
+		}
+		out[name] = q
+	}
+	return out, nil
+}
