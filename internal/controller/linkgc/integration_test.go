@@ -17,12 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	networkingv1alpha1 "github.com/annexhq/annex/apis/networking/v1alpha1"
@@ -59,13 +55,7 @@ func TestIntegrationLinkWithoutPeering(t *testing.T) {
 		createLink(ctx, t, c, l.peer, l.purpose, l.pod, l.ext, int32(51820+i))
 	}
 
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 s,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	clustertest.Must(t, err)
+	mgr := clustertest.NewManager(t, cfg, s)
 	file := filepath.Join(t.TempDir(), "gateway.json")
 	gw := gatewayconfig.New(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("annex-gatewayconfig"),
 		gatewayconfig.Options{ConfigPath: file, Address: "192.168.77.3"},
@@ -74,15 +64,7 @@ func TestIntegrationLinkWithoutPeering(t *testing.T) {
 	clustertest.Must(t, gw.SetupWithManager(mgr))
 	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-linkgc")}
 	clustertest.Must(t, r.SetupWithManager(mgr))
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	mgrDone := make(chan error, 1)
-	go func() { mgrDone <- mgr.Start(mgrCtx) }()
-	t.Cleanup(func() {
-		stopMgr()
-		if err := <-mgrDone; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	clustertest.RunManager(ctx, t, mgr)
 
 	clustertest.Eventually(t, 30*time.Second, "alpha's and beta's links in the gateway's file", func() error {
 		return wantPeers(file, "alpha", "beta")

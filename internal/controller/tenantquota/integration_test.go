@@ -12,12 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/textlogger"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
 	"github.com/annexhq/annex/internal/localcluster"
@@ -46,25 +42,11 @@ func TestIntegration(t *testing.T) {
 	// The tenant namespace is not a remote namespace: it gets no share.
 	clustertest.Must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: corev1alpha1.TenantNamespacePrefix + "alpha", Labels: managedLabels("alpha")}}))
 
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 s,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	clustertest.Must(t, err)
+	mgr := clustertest.NewManager(t, cfg, s)
 	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Budget: corev1.ResourceList{corev1.ResourceConfigMaps: *resource.NewQuantity(budget, resource.DecimalSI)}}
 	clustertest.Must(t, r.SetupWithManager(mgr))
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	mgrDone := make(chan error, 1)
-	go func() { mgrDone <- mgr.Start(mgrCtx) }()
-	t.Cleanup(func() {
-		stopMgr()
-		if err := <-mgrDone; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	clustertest.RunManager(ctx, t, mgr)
 
 	for name := range spaces {
 		clustertest.Eventually(t, 30*time.Second, "the share of "+name+" counted", func() error {

@@ -1,8 +1,8 @@
 // Package clustertest holds the set-up shared by integration tests that run
 // against real API servers started by internal/localcluster: starting a
 // cluster (skipped with -short or without the Kubernetes binaries, stopped
-// with the test), clients, installing Annex's CRDs, and the small must and
-// eventually helpers. It is for tests only: no production code may import
+// with the test), clients, a controller manager run for the test,
+// installing Annex's CRDs, and the small must and eventually helpers. It is for tests only: no production code may import
 // it.
 package clustertest
 
@@ -16,7 +16,11 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/annexhq/annex/charts"
 	"github.com/annexhq/annex/internal/agent"
@@ -138,4 +142,39 @@ func Eventually(t *testing.T, timeout time.Duration, what string, cond func() er
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// NewManager is a controller manager on cfg for a test: no metrics or
+// health listeners, and controller names may repeat (each test registers
+// its own). mutate, if given, changes the options first (a cache's
+// ByObject, for one).
+func NewManager(t *testing.T, cfg *rest.Config, scheme *runtime.Scheme, mutate ...func(*ctrl.Options)) ctrl.Manager {
+	t.Helper()
+	o := ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	}
+	for _, m := range mutate {
+		m(&o)
+	}
+	mgr, err := ctrl.NewManager(cfg, o)
+	Must(t, err)
+	return mgr
+}
+
+// RunManager starts mgr until ctx ends or the test does, and reports an
+// error it stops with as a test error.
+func RunManager(ctx context.Context, t *testing.T, mgr ctrl.Manager) {
+	t.Helper()
+	ctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
 }
