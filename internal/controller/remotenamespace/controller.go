@@ -33,6 +33,10 @@
 //   - the LimitRange "annex-tenant-defaults" of default container requests
 //     (--tenant-default-requests; no default limits).
 //
+// With a tenant budget (Options.ShareQuota), the consumer is granted access
+// only once the namespace's share of it, the ResourceQuota the tenantquota
+// controller keeps, is counted too.
+//
 // Each tenant namespace that holds a request also gets a ResourceQuota
 // "annex-tenant-quota" counting RemoteNamespaces and ResourceSlices.
 // Consumers have no access to ResourceQuotas or LimitRanges.
@@ -809,7 +813,8 @@ var replicaChanged = predicate.Or[client.Object](predicates.SpecChanged(),
 
 // isPolicy reports whether o is a ResourceQuota, LimitRange or
 // NetworkPolicy of this controller (by name: one that lost its labels is
-// corrected too).
+// corrected too), or a namespace's share of its consumer's budget (kept by
+// tenantquota; access waits until it is counted).
 func isPolicy(o client.Object) bool {
 	switch o.(type) {
 	case *corev1.ResourceQuota:
