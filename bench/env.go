@@ -111,6 +111,7 @@ func startEnv(ctx context.Context, l *logger, dir, bin, kubeBin string, cfg Conf
 			c, err := localcluster.Start(ctx, localcluster.Options{
 				Name: name, Dir: filepath.Join(dir, name), BinDir: kubeBin,
 				PodCIDR: spec.PodCIDR, ServiceCIDR: spec.ServiceCIDR, Nodes: nodes[name],
+				BeforeControllers: sandbox.ApplyCRDs,
 				// The bursts count writes per pod from the audit log.
 				AuditWrites: true,
 				// pprof of the API servers, for finding where a burst's

@@ -228,7 +228,7 @@ func startFloodTenant(ctx context.Context, e *env, cfg Config) (*floodTenant, er
 	}
 	e.log.printf("tenants: starting tenant A's cluster %s (1 kwok node)", floodCluster)
 	c, err := localcluster.Start(ctx, localcluster.Options{Name: floodCluster, Dir: filepath.Join(e.dir, floodCluster), BinDir: e.kubeBin,
-		PodCIDR: spec.PodCIDR, ServiceCIDR: spec.ServiceCIDR, Nodes: 1})
+		PodCIDR: spec.PodCIDR, ServiceCIDR: spec.ServiceCIDR, Nodes: 1, BeforeControllers: sandbox.ApplyCRDs})
 	if err != nil {
 		return nil, err
 	}

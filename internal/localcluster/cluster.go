@@ -211,6 +211,12 @@ type Options struct {
 	// networkpolicy.go). Without it, real nodes ignore NetworkPolicies,
 	// as a CNI without policy support does.
 	NetworkPolicies bool
+	// BeforeControllers, if set, runs once the API server is ready and
+	// before the controller-manager, the scheduler and kwok start: for
+	// objects those must find at their start. Annex's CRDs, for one: the
+	// quota controller otherwise learns of new kinds only at its next
+	// discovery, 30 s later.
+	BeforeControllers func(ctx context.Context, c *Cluster) error
 	// Detach lets the processes outlive this Go process (the sandbox).
 	// Otherwise each gets SIGKILL when this process dies, even on a panic.
 	Detach bool
@@ -532,6 +538,11 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	p.step("kube-apiserver ready at %s", c.APIServerURL())
+	if o.BeforeControllers != nil {
+		if err := o.BeforeControllers(ctx, c); err != nil {
+			return nil, fmt.Errorf("before the controllers start: %w", err)
+		}
+	}
 
 	// The rest start together.
 	others := []launchSpec{

@@ -76,6 +76,7 @@ func run(m *testing.M) (code int) {
 	for i, o := range specs {
 		o.Dir = filepath.Join(dir, o.Name)
 		o.Progress = os.Stderr
+		o.BeforeControllers = sandbox.ApplyCRDs
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

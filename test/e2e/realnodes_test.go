@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/cli/sandbox"
 	"github.com/annexhq/annex/internal/localcluster"
 	"github.com/annexhq/annex/internal/ociimage"
 )
@@ -424,9 +425,10 @@ func startRealProvider(t *testing.T) (*localcluster.Cluster, string) {
 		Name: realProvider, Dir: filepath.Join(env.dir, realProvider),
 		PodCIDR: realPodCIDR, ServiceCIDR: realServiceCIDR,
 		RealNodes: 1, Images: []string{filepath.Join(imgDir, "pause.tar"), filepath.Join(imgDir, "echo.tar"), filepath.Join(imgDir, "annex-agent.tar")},
-		PauseImage:      ociimage.PauseRef(),
-		NetworkPolicies: true, // kube-router's firewall on the node, as a provider's CNI would
-		Progress:        os.Stderr,
+		PauseImage:        ociimage.PauseRef(),
+		NetworkPolicies:   true, // kube-router's firewall on the node, as a provider's CNI would
+		Progress:          os.Stderr,
+		BeforeControllers: sandbox.ApplyCRDs,
 	})
 	if err != nil {
 		t.Fatalf("start %s: %v", realProvider, err)

@@ -43,7 +43,8 @@ import (
 func TestTenantBytes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	lc := clustertest.Start(ctx, t, localcluster.Options{Name: "bytes", PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", Nodes: 1})
+	lc := clustertest.Start(ctx, t, localcluster.Options{Name: "bytes", PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", Nodes: 1,
+		BeforeControllers: clustertest.ApplyCRDs})
 	c := clustertest.Connect(ctx, t, lc)
 	o := DefaultOptions()
 	o.ClusterID, o.LocalAgent = "prov", true

@@ -38,7 +38,8 @@ import (
 func TestTenantAdmission(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	lc := clustertest.Start(ctx, t, localcluster.Options{Name: "adm", PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", Nodes: 1})
+	lc := clustertest.Start(ctx, t, localcluster.Options{Name: "adm", PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", Nodes: 1,
+		BeforeControllers: clustertest.ApplyCRDs})
 	c := clustertest.Connect(ctx, t, lc)
 	install := func() string {
 		t.Helper()

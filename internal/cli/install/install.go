@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/charts"
 	"github.com/annexhq/annex/internal/chart"
 	"github.com/annexhq/annex/internal/cli"
 	"github.com/annexhq/annex/internal/version"
@@ -200,12 +201,7 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 		return len(objs), nil
 	}
 
-	for _, crd := range r.CRDs {
-		if err := cli.Apply(ctx, c.Client, crd); err != nil {
-			return err
-		}
-	}
-	if err := waitEstablished(ctx, c.Client, r.CRDs); err != nil {
+	if err := applyCRDs(ctx, c.Client, r.CRDs); err != nil {
 		return err
 	}
 	s.Step("applied %d CustomResourceDefinitions", len(r.CRDs))
@@ -267,6 +263,12 @@ func Run(ctx context.Context, s cli.IOStreams, c *cli.Cluster, o Options) error 
 		}
 		s.Step("%s (%d objects)", t.Name, len(t.Objects))
 	}
+	// Last, so that the quota controller's discovery has run meanwhile.
+	waited, err := waitQuotaCounts(ctx, c.Client)
+	if err != nil {
+		return err
+	}
+	s.Step("the cluster's quota controller counts Annex's kinds (%s; it looks for new kinds every 30 s)", waited.Round(100*time.Millisecond))
 	fmt.Fprintf(s.Out, "Annex %s is installed in %s as cluster %q.\n", version.Version, c.Host, clusterID)
 	return nil
 }
@@ -379,6 +381,26 @@ func checkExisting(ctx context.Context, c *cli.Cluster, wanted string) (string, 
 		return "", fmt.Errorf("derive a cluster ID from namespace kube-system (or pass --cluster-id): %w", err)
 	}
 	return "cluster-" + string(ks.UID)[:8], nil
+}
+
+// ApplyCRDs applies the chart's CRDs with c and waits until they are
+// established: what install does first, for a cluster that should have
+// them before its controllers start (localcluster.Options.BeforeControllers).
+func ApplyCRDs(ctx context.Context, c client.Client) error {
+	crds, err := cli.DecodeManifests(charts.FS, "annex/crds/*.yaml")
+	if err != nil {
+		return err
+	}
+	return applyCRDs(ctx, c, crds)
+}
+
+func applyCRDs(ctx context.Context, c client.Client, crds []*unstructured.Unstructured) error {
+	for _, crd := range crds {
+		if err := cli.Apply(ctx, c, crd); err != nil {
+			return err
+		}
+	}
+	return waitEstablished(ctx, c, crds)
 }
 
 func waitEstablished(ctx context.Context, c client.Client, crds []*unstructured.Unstructured) error {

@@ -9,6 +9,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -40,8 +43,30 @@ func TestInstallDeployment(t *testing.T) {
 	gwNode := "inst-worker-1"
 	install("192.0.2.10", gwNode)
 
+	// The cluster is new, and so are Annex's CRDs: once install returns,
+	// the quota controller counts Annex's kinds in a quota written now, and
+	// the probe is gone.
+	probed := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "after-install"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{}}}
+	for _, name := range countedKinds() {
+		probed.Spec.Hard[name] = resource.MustParse("10")
+	}
+	if err := c.Client.Create(ctx, probed); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := c.Client.Get(ctx, client.ObjectKeyFromObject(probed), probed)
+		return err == nil && counted(probed), err
+	})
+	if err != nil {
+		t.Errorf("a quota of Annex's kinds written after install is not counted within 5 s (%v): %+v", err, probed.Status)
+	}
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: corev1alpha1.AgentNamespace, Name: quotaProbeName}, &corev1.ResourceQuota{}); !apierrors.IsNotFound(err) {
+		t.Errorf("probe %s left after install: %v", quotaProbeName, err)
+	}
+
 	var pod corev1.Pod
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		pods := &corev1.PodList{}
 		if err := c.Client.List(ctx, pods, client.InNamespace(corev1alpha1.AgentNamespace)); err != nil {
 			return false, err

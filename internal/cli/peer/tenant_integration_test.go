@@ -51,7 +51,8 @@ const (
 func TestTenantSurface(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	lc := clustertest.Start(ctx, t, localcluster.Options{Name: provider, PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", Nodes: 1})
+	lc := clustertest.Start(ctx, t, localcluster.Options{Name: provider, PodCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/12", Nodes: 1,
+		BeforeControllers: clustertest.ApplyCRDs})
 	p := clustertest.Connect(ctx, t, lc)
 	o := install.DefaultOptions()
 	o.ClusterID, o.LocalAgent = provider, true

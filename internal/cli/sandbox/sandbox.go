@@ -218,7 +218,20 @@ func clusterOptions(o Options, spec Spec, progress io.Writer) localcluster.Optio
 		Nodes:       spec.Nodes,
 		Detach:      true,
 		Progress:    progress,
+		// Annex's CRDs before the controllers start: install then need
+		// not wait for the quota controller to discover them.
+		BeforeControllers: ApplyCRDs,
 	}
+}
+
+// ApplyCRDs is a localcluster.Options.BeforeControllers that applies
+// Annex's CRDs.
+func ApplyCRDs(ctx context.Context, c *localcluster.Cluster) error {
+	conn, err := cli.Connect(ctx, c.KubeconfigPath(), 15*time.Second)
+	if err != nil {
+		return err
+	}
+	return install.ApplyCRDs(ctx, conn.Client)
 }
 
 // upOne starts one cluster; localcluster's progress lines name the cluster

@@ -70,25 +70,28 @@ var quotaKeys = map[string]struct {
 }
 
 // DefaultObjectQuota is the hard limit of the ResourceQuota QuotaName in every
-// remote namespace. A bench burst puts 5000 pods in one namespace: pods leave
-// room for twice that (a rollout of such a Deployment keeps old and new pods
-// for a while); Services, ConfigMaps and Secrets are what a namespace of a
-// few hundred workloads uses. NodePort and LoadBalancer Services are never
-// allowed on a provider (0). Events cannot be counted: Kubernetes' quota
-// system ignores them (k8s.io/kubernetes/pkg/quota/v1/install,
-// DefaultIgnoredResources), so a quota naming count/events is never counted
-// and would hold every remote namespace Pending; a tenant may not create
-// Events there at all (ClusterRole annex-remote-consumer).
+// remote namespace. A bench burst puts 5000 pods in one namespace: pods and
+// ShadowPods leave room for twice that (a rollout of such a Deployment keeps
+// old and new pods for a while); Services, ConfigMaps, Secrets and
+// ShadowEndpointSlices are what a namespace of a few hundred workloads uses
+// (the tenant's budget, tenantquota, bounds them for all its namespaces
+// together too). NodePort and LoadBalancer Services are never allowed on a
+// provider (0). Events cannot be counted: Kubernetes' quota system ignores
+// them (k8s.io/kubernetes/pkg/quota/v1/install, DefaultIgnoredResources), so
+// a quota naming count/events is never counted and would hold every remote
+// namespace Pending; a tenant may not create Events there at all
+// (ClusterRole annex-remote-consumer).
 //
-// Only built-in kinds are counted by default: the cluster counts a custom
-// resource (count/shadowpods..., count/remotenamespaces...) only once its
-// quota controller has discovered the CRD, and until then the API server
-// refuses every object of the kind in a namespace whose quota names it, so
-// the first offloading after an install waited minutes (e2e). Operators who
-// want them bounded name them in --tenant-object-quota (docs/security.md).
+// The cluster counts a custom resource (count/shadowpods...) only once its
+// quota controller has discovered the CRD (it looks every 30 s), and until
+// then the API server refuses every object of the kind in a namespace whose
+// quota names it: `annexctl install` waits for that (waitQuotaCounts), and a
+// quota counted in part is written again (recount).
 func DefaultObjectQuota() corev1.ResourceList {
 	return corev1.ResourceList{
 		corev1.ResourcePods:                  resource.MustParse("10000"),
+		ResourceShadowPods:                   resource.MustParse("10000"),
+		ResourceShadowEndpointSlices:         resource.MustParse("1000"),
 		corev1.ResourceServices:              resource.MustParse("200"),
 		corev1.ResourceServicesNodePorts:     resource.MustParse("0"),
 		corev1.ResourceServicesLoadBalancers: resource.MustParse("0"),
@@ -98,14 +101,21 @@ func DefaultObjectQuota() corev1.ResourceList {
 }
 
 // DefaultTenantObjectQuota is the hard limit of the ResourceQuota QuotaName in
-// a tenant namespace annex-tenant-<C>: none by default, as that namespace
-// holds only custom resources (see DefaultObjectQuota); the agent bounds a
-// consumer's remote namespaces itself (--max-remote-namespaces-per-tenant).
-// With entries (--tenant-object-quota remotenamespaces=N,resourceslices=M)
-// the quota is kept there too.
-func DefaultTenantObjectQuota(int) corev1.ResourceList {
-	return corev1.ResourceList{}
+// a tenant namespace annex-tenant-<C>, for a provider that gives a consumer
+// at most maxNamespaces remote namespaces: twice that many RemoteNamespaces
+// (refused requests stay stored until the consumer deletes them) and
+// DefaultResourceSlicesPerTenant ResourceSlices.
+func DefaultTenantObjectQuota(maxNamespaces int) corev1.ResourceList {
+	return corev1.ResourceList{
+		ResourceRemoteNamespaces: *resource.NewQuantity(2*int64(maxNamespaces), resource.DecimalSI),
+		ResourceResourceSlices:   *resource.NewQuantity(DefaultResourceSlicesPerTenant, resource.DecimalSI),
+	}
 }
+
+// DefaultResourceSlicesPerTenant is how many ResourceSlices a consumer may
+// store in its tenant namespace by default: `annexctl peer` writes one, a
+// consumer that asks for more capacity separately a few more.
+const DefaultResourceSlicesPerTenant = 20
 
 // DefaultRequests are the default container requests of the LimitRange
 // LimitRangeName: what a container that asks for nothing is given.

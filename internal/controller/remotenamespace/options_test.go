@@ -32,7 +32,7 @@ func TestFlags(t *testing.T) {
 			wantLevel:       PodSecurityBaseline,
 			wantMax:         100,
 			wantQuota:       DefaultObjectQuota(),
-			wantTenantQuota: corev1.ResourceList{},
+			wantTenantQuota: corev1.ResourceList{ResourceRemoteNamespaces: q("200"), ResourceResourceSlices: q("20")},
 			wantRequests:    corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("128Mi")},
 			wantLimitRange:  true,
 		},
@@ -48,7 +48,7 @@ func TestFlags(t *testing.T) {
 				rl[ResourceShadowPods], rl[corev1.ResourcePods], rl["count/jobs.batch"], rl["count/services.nodeports"] = q("20"), q("30"), q("5"), q("0")
 				return rl
 			}(),
-			wantTenantQuota: corev1.ResourceList{ResourceResourceSlices: q("2")},
+			wantTenantQuota: corev1.ResourceList{ResourceRemoteNamespaces: q("20"), ResourceResourceSlices: q("2")},
 			wantRequests:    corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("128Mi")},
 			wantLimitRange:  true,
 		},
@@ -59,14 +59,14 @@ func TestFlags(t *testing.T) {
 			wantLevel:       PodSecurityBaseline,
 			wantMax:         100,
 			wantQuota:       DefaultObjectQuota(),
-			wantTenantQuota: corev1.ResourceList{ResourceRemoteNamespaces: q("3")},
+			wantTenantQuota: corev1.ResourceList{ResourceRemoteNamespaces: q("3"), ResourceResourceSlices: q("20")},
 			wantRequests:    corev1.ResourceList{},
 		},
 		{name: "privileged alone", args: []string{"--tenant-pod-security=privileged"},
 			wantErr: "--tenant-pod-security=privileged needs --allow-privileged-shadowpods"},
 		{name: "privileged with --allow-privileged-shadowpods", args: []string{"--tenant-pod-security=privileged"}, allowPrivileged: true,
 			wantLevel: PodSecurityPrivileged, wantMax: 100, wantQuota: DefaultObjectQuota(),
-			wantTenantQuota: corev1.ResourceList{},
+			wantTenantQuota: corev1.ResourceList{ResourceRemoteNamespaces: q("200"), ResourceResourceSlices: q("20")},
 			wantRequests:    DefaultRequests(), wantLimitRange: true},
 		{name: "unknown level", args: []string{"--tenant-pod-security=lax"}, wantErr: "must be baseline, restricted or privileged"},
 		{name: "no namespaces", args: []string{"--max-remote-namespaces-per-tenant=0"}, wantErr: "must be at least 1"},
@@ -115,7 +115,7 @@ func TestFlagDefaultsShown(t *testing.T) {
 	for flag, want := range map[string]string{
 		"tenant-pod-security":              "baseline",
 		"max-remote-namespaces-per-tenant": "100",
-		"tenant-object-quota":              "configmaps=500,pods=10000,secrets=500,services=200,services.loadbalancers=0,services.nodeports=0",
+		"tenant-object-quota":              "configmaps=500,pods=10000,remotenamespaces=200,resourceslices=20,secrets=500,services=200,services.loadbalancers=0,services.nodeports=0,shadowendpointslices=1000,shadowpods=10000",
 	} {
 		if got := fs.Lookup(flag).DefValue; got != want {
 			t.Errorf("--%s default = %q, want %q", flag, got, want)

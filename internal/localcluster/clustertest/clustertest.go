@@ -8,7 +8,6 @@ package clustertest
 
 import (
 	"context"
-	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -98,25 +97,56 @@ func Connect(ctx context.Context, t *testing.T, lc *localcluster.Cluster) *cli.C
 // apiextensions types) and waits until they are established.
 func InstallCRDs(ctx context.Context, t *testing.T, c client.Client) {
 	t.Helper()
+	Must(t, applyCRDs(ctx, c))
+}
+
+// ApplyCRDs is a localcluster.Options.BeforeControllers that applies
+// Annex's CRDs, for tests that install Annex and need not wait for the
+// quota controller to discover them (install.waitQuotaCounts).
+func ApplyCRDs(ctx context.Context, lc *localcluster.Cluster) error {
+	cfg, err := lc.RESTConfig()
+	if err != nil {
+		return err
+	}
+	s := runtime.NewScheme()
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return err
+	}
+	return applyCRDs(ctx, c)
+}
+
+func applyCRDs(ctx context.Context, c client.Client) error {
 	objs, err := cli.DecodeManifests(charts.FS, "annex/crds/*.yaml")
-	Must(t, err)
-	for _, o := range objs {
-		Must(t, cli.Apply(ctx, c, o))
+	if err != nil {
+		return err
 	}
 	for _, o := range objs {
-		Eventually(t, 30*time.Second, "CRD "+o.GetName()+" established", func() error {
+		if err := cli.Apply(ctx, c, o); err != nil {
+			return err
+		}
+	}
+	for _, o := range objs {
+		err := cli.Poll(ctx, 100*time.Millisecond, 30*time.Second, "CRD "+o.GetName()+" established", func(ctx context.Context) (bool, error) {
 			crd := &apiextensionsv1.CustomResourceDefinition{}
 			if err := c.Get(ctx, client.ObjectKey{Name: o.GetName()}, crd); err != nil {
-				return err
+				return false, err
 			}
 			for _, cond := range crd.Status.Conditions {
 				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return nil
+					return true, nil
 				}
 			}
-			return errors.New("not established")
+			return false, nil
 		})
+		if err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // Must fails the test at once on an error.
