@@ -148,6 +148,24 @@ func bytesCases() []bytesCase {
 			sp.Namespace = ns
 			return annotated(sp, 100*kib)
 		}, want: "annex-tenant-metadata: "},
+		{name: "ShadowPod with 60 KiB of environment", obj: func(ns string) client.Object {
+			sp := shadowPod("sp-env")
+			sp.Namespace = ns
+			sp.Spec.Pod.Containers[0].Env = []corev1.EnvVar{{Name: "BLOB", Value: filler(60 * kib)}}
+			return sp
+		}},
+		{name: "ShadowPod with 70 KiB of environment", obj: func(ns string) client.Object {
+			sp := shadowPod("sp-env")
+			sp.Namespace = ns
+			sp.Spec.Pod.Containers[0].Env = []corev1.EnvVar{{Name: "BLOB", Value: filler(70 * kib)}}
+			return sp
+		}, want: "annex-tenant-podspecs: spec.pod is 7"},
+		{name: "ShadowPod with 1 MiB in a probe's command", obj: func(ns string) client.Object {
+			sp := shadowPod("sp-probe")
+			sp.Namespace = ns
+			sp.Spec.Pod.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{filler(1 << 20)}}}}
+			return sp
+		}, want: "annex-tenant-podspecs: "},
 		{name: "ShadowEndpointSlice with 3000 finalizers", obj: func(ns string) client.Object {
 			ses := bytesSES(ns, "ses-fin", 1, "")
 			for i := range 3000 {
@@ -233,6 +251,8 @@ func bytesPoliciesFor(o client.Object) []string {
 		return []string{"annex-tenant-metadata", "annex-tenant-events"}
 	case *offloadingv1alpha1.ShadowEndpointSlice:
 		return []string{"annex-tenant-metadata", "annex-tenant-shadowendpointslices"}
+	case *offloadingv1alpha1.ShadowPod:
+		return []string{"annex-tenant-metadata", "annex-tenant-podspecs"}
 	case *corev1alpha1.ResourceSlice, *offloadingv1alpha1.RemoteNamespace, *coordinationv1.Lease:
 		return []string{"annex-tenant-namespace-metadata"}
 	default:
@@ -269,7 +289,7 @@ func TestTenantBytesPolicies(t *testing.T) {
 	policies, _ := tenantPolicies(t)
 	compiled := map[string]*celPolicy{}
 	for _, name := range []string{"annex-tenant-metadata", "annex-tenant-configmaps", "annex-tenant-secrets",
-		"annex-tenant-events", "annex-tenant-shadowendpointslices", "annex-tenant-namespace-metadata"} {
+		"annex-tenant-events", "annex-tenant-shadowendpointslices", "annex-tenant-namespace-metadata", "annex-tenant-podspecs"} {
 		p, ok := policies[name]
 		if !ok {
 			t.Fatalf("no policy %s", name)
@@ -351,7 +371,7 @@ func TestTenantBytesPolicies(t *testing.T) {
 func TestTenantBytesDefaults(t *testing.T) {
 	cm := providerPolicy(t)
 	for key, want := range map[string]int{PolicyKeyMaxMetadataBytes: DefaultMaxMetadataBytes,
-		PolicyKeyMaxDataBytes: DefaultMaxDataBytes, PolicyKeyMaxEventBytes: DefaultMaxEventBytes} {
+		PolicyKeyMaxDataBytes: DefaultMaxDataBytes, PolicyKeyMaxEventBytes: DefaultMaxEventBytes, PolicyKeyMaxPodBytes: DefaultMaxPodBytes} {
 		if got := cm.Data[key]; got != fmt.Sprint(want) {
 			t.Errorf("provider policy %s = %q, want %d", key, got, want)
 		}
@@ -360,7 +380,7 @@ func TestTenantBytesDefaults(t *testing.T) {
 	for name, p := range policies {
 		for _, v := range p.Spec.Variables {
 			for key, def := range map[string]int{PolicyKeyMaxMetadataBytes: DefaultMaxMetadataBytes,
-				PolicyKeyMaxDataBytes: DefaultMaxDataBytes, PolicyKeyMaxEventBytes: DefaultMaxEventBytes} {
+				PolicyKeyMaxDataBytes: DefaultMaxDataBytes, PolicyKeyMaxEventBytes: DefaultMaxEventBytes, PolicyKeyMaxPodBytes: DefaultMaxPodBytes} {
 				if strings.Contains(v.Expression, "params.data."+key) && !strings.HasSuffix(strings.TrimSpace(v.Expression), fmt.Sprintf(": %d", def)) {
 					t.Errorf("%s: variable %s reads %s but does not default to %d: %s", name, v.Name, key, def, v.Expression)
 				}

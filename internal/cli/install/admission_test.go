@@ -342,6 +342,7 @@ func TestProviderPolicyDefaults(t *testing.T) {
 		"tenantMaxMetadataBytes": "65536",
 		"tenantMaxDataBytes":     "262144",
 		"tenantMaxEventBytes":    "4096",
+		"tenantMaxPodBytes":      "65536",
 	}
 	cm := providerPolicy(t)
 	if diff := cmp.Diff(want, cm.Data); diff != "" {

@@ -59,6 +59,10 @@ const (
 	// strings, labels and annotations (annex-tenant-events). Default
 	// DefaultMaxEventBytes.
 	PolicyKeyMaxEventBytes = "tenantMaxEventBytes"
+	// PolicyKeyMaxPodBytes: the most bytes of a tenant's ShadowPod's pod
+	// spec, as CEL's format renders it (annex-tenant-podspecs). Default
+	// DefaultMaxPodBytes.
+	PolicyKeyMaxPodBytes = "tenantMaxPodBytes"
 )
 
 // The defaults of the byte bounds, used by the admission policies when the
@@ -67,6 +71,7 @@ const (
 	DefaultMaxMetadataBytes = 64 << 10
 	DefaultMaxDataBytes     = 256 << 10
 	DefaultMaxEventBytes    = 4 << 10
+	DefaultMaxPodBytes      = 64 << 10
 )
 
 // PolicyHelp documents the provider policy ConfigMap for `annexctl install --help`.
@@ -102,6 +107,9 @@ namespaces (a decimal number of bytes; a missing key means its default):
                           default: 262144 (256 KiB)
   tenantMaxEventBytes     everything an Event holds (strings, labels and
                           annotations); default: 4096 (4 KiB)
+  tenantMaxPodBytes       the pod spec of a ShadowPod, as CEL's format
+                          renders it (about its size in JSON);
+                          default: 65536 (64 KiB)
 Which label and annotation keys a tenant's Services, ConfigMaps and Secrets
 keep (annex-tenant-metadata-keys removes the others; keys without a domain
 always pass; a missing key means its default):
