@@ -610,11 +610,15 @@ func (r *Reconciler) usage(ctx context.Context, consumer string, t *tenant, self
 			if podstatus.Finished(p.Status.Phase) {
 				continue
 			}
+			// Memoized by UID; a pod without one (only a fake client
+			// stores such) is counted afresh.
 			m, ok := t.podRequests[p.UID]
-			if !ok || m.generation != p.Generation {
+			if !ok || m.generation != p.Generation || p.UID == "" {
 				m = memoRequests{generation: p.Generation, requests: PodRequests(&p.Spec)}
 			}
-			seen[p.UID] = m
+			if p.UID != "" {
+				seen[p.UID] = m
+			}
 			add(u.used, m.requests)
 			if !p.DeletionTimestamp.IsZero() {
 				add(u.terminating, m.requests)
