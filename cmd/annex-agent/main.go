@@ -85,8 +85,8 @@ func run() error {
 	sliceOpts.BindFlags(fs)
 	shadowPodOpts.BindFlags(fs)
 	remoteNSOpts.BindFlags(fs)
-	var budget corev1.ResourceList
-	tenantquota.BindFlags(fs, &budget)
+	quotaOpts := tenantquota.DefaultOptions()
+	quotaOpts.BindFlags(fs)
 	endpointOpts.BindFlags(fs)
 	vnOpts.BindFlags(fs)
 	kubeletOpts.BindFlags(fs)
@@ -140,6 +140,9 @@ func run() error {
 	remoteNSOpts.DefaultRequests = shadowPodOpts.DefaultRequests.DeepCopy()
 	if remoteNSOpts.DefaultRequests == nil {
 		remoteNSOpts.DefaultRequests = corev1.ResourceList{}
+	}
+	if err := quotaOpts.Validate(); err != nil {
+		return err
 	}
 	if err := remoteNSOpts.Validate(shadowPodOpts.AllowPrivileged); err != nil {
 		return err
@@ -201,7 +204,7 @@ func run() error {
 	netView := netview.New(mgr.GetClient())
 	netView.SetLocalRanges(id.Prefixes()...)
 	remoteNSOpts.Reader = mgr.GetAPIReader()
-	remoteNSOpts.ShareQuota = len(budget) > 0
+	remoteNSOpts.ShareQuota = quotaOpts.Enabled()
 	remoteNSOpts.PodCIDR, _ = netip.ParsePrefix(id.PodCIDR) // none: no NetworkPolicies
 	vnOpts.PodIPTranslator = netView.PodIP
 	sent := &heartbeat.Sent{}
@@ -230,7 +233,7 @@ func run() error {
 		&failover.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Remotes: remotes, Heartbeats: sent, Recorder: mgr.GetEventRecorder("annex-failover"), Clock: clock.RealClock{}},
 		&fencing.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-fencing"), Clock: clock.RealClock{}, Heard: heard},
 		&tenantgc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-tenantgc"), Clock: clock.RealClock{}, GracePeriod: tenantGrace, Heard: heard},
-		&tenantquota.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Budget: budget},
+		&tenantquota.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: quotaOpts, Clock: clock.RealClock{}},
 		&linkgc.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("annex-linkgc")},
 		resourceslice.New(mgr.GetClient(), mgr.GetEventRecorder("annex-resourceslice"), id.ClusterID, sliceOpts),
 	}

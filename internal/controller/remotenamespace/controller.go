@@ -29,7 +29,8 @@
 //   - the ResourceQuota "annex-tenant-quota" of object counts
 //     (--tenant-object-quota; the consumer is granted access only once the
 //     cluster's quota controller has counted it, and a quota it counted in
-//     part, not knowing Annex's kinds yet, is created again: see recount);
+//     part, not knowing Annex's kinds yet, is created again: see
+//     tenantquota.Recount);
 //   - the LimitRange "annex-tenant-defaults" of default container requests
 //     (--tenant-default-requests; no default limits).
 //
@@ -125,9 +126,6 @@ const (
 	// in every remote namespace.
 	LimitRangeName = "annex-tenant-defaults"
 
-	// RecountAfter is the age from which a ResourceQuota the quota
-	// controller counted in part is created again (see recount).
-	RecountAfter = 5 * time.Second
 
 	// indexRemoteNamespace indexes RemoteNamespaces by spec.remoteNamespace.
 	indexRemoteNamespace = "spec.remoteNamespace"
@@ -208,7 +206,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if tenant.DeletionTimestamp.IsZero() && len(r.opts.TenantObjectQuota) > 0 {
 		q, err := r.ensureQuota(ctx, rn.Namespace, consumer, r.opts.TenantObjectQuota)
 		if err == nil {
-			recheck, err = r.recount(ctx, q)
+			recheck, err = tenantquota.Recount(ctx, r.client, q, r.opts.Clock)
 		}
 		if err != nil {
 			return ctrl.Result{}, err
@@ -266,7 +264,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if again, err := r.recount(ctx, q); err != nil {
+	if again, err := tenantquota.Recount(ctx, r.client, q, r.opts.Clock); err != nil {
 		return ctrl.Result{}, err
 	} else if again > 0 && (recheck == 0 || again < recheck) {
 		recheck = again
@@ -490,49 +488,6 @@ func (r *Reconciler) awaitQuotas(ctx context.Context, q *corev1.ResourceQuota) (
 		return false, "", fmt.Errorf("get RoleBinding %s/%s: %w", q.Namespace, RoleBindingName, err)
 	}
 	return false, "", nil
-}
-
-// recount deletes the ResourceQuota q (to be created again) when the quota
-// controller counted it in part, and returns how soon to look at it again
-// when it may have to.
-//
-// The quota controller counts a kind only once it has discovered it (every
-// 30 s): a quota written before, just after Annex's CRDs were installed, is
-// left without the usage of ShadowPods or RemoteNamespaces until the
-// controller's next full resync (5 minutes), and meanwhile the API server
-// refuses every object of those kinds ("status unknown for quota"). A new
-// quota is counted at once. So that a quota that cannot be counted yet is
-// not written again and again, only one at least RecountAfter old is
-// deleted; the namespace goes without it for that moment.
-func (r *Reconciler) recount(ctx context.Context, q *corev1.ResourceQuota) (time.Duration, error) {
-	if tenantquota.Counted(q) || !apiequality.Semantic.DeepEqual(q.Spec.Hard, q.Status.Hard) {
-		return 0, nil // counted, or not yet (just created or changed)
-	}
-	if wait := RecountAfter - r.opts.Clock.Since(q.CreationTimestamp.Time); wait > 0 {
-		return wait, nil
-	}
-	var opts []client.DeleteOption
-	if uid := q.UID; uid != "" {
-		opts = append(opts, client.Preconditions{UID: &uid})
-	}
-	if err := r.client.Delete(ctx, q, opts...); err != nil && !apierrors.IsNotFound(err) {
-		return 0, fmt.Errorf("delete ResourceQuota %s/%s counted in part: %w", q.Namespace, q.Name, err)
-	}
-	ctrl.LoggerFrom(ctx).Info("Recreating a ResourceQuota the quota controller counted in part (it did not know every kind yet)",
-		"namespace", q.Namespace, "name", q.Name, "uncounted", uncounted(q))
-	return RecountAfter, nil
-}
-
-// uncounted lists the resources of q's spec whose usage q's status lacks.
-func uncounted(q *corev1.ResourceQuota) []corev1.ResourceName {
-	var out []corev1.ResourceName
-	for name := range q.Spec.Hard {
-		if _, ok := q.Status.Used[name]; !ok {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // finalize deletes the namespace of a deleted replica, waits until it is

@@ -86,7 +86,7 @@ var quotaKeys = map[string]struct {
 // quota controller has discovered the CRD (it looks every 30 s), and until
 // then the API server refuses every object of the kind in a namespace whose
 // quota names it: `annexctl install` waits for that (waitQuotaCounts), and a
-// quota counted in part is written again (recount).
+// quota counted in part is written again (tenantquota.Recount).
 func DefaultObjectQuota() corev1.ResourceList {
 	return corev1.ResourceList{
 		corev1.ResourcePods:                  resource.MustParse("10000"),

@@ -16,6 +16,8 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	offloadingv1alpha1 "github.com/annexhq/annex/apis/offloading/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/replicator"
 	"github.com/annexhq/annex/internal/localcluster"
 	"github.com/annexhq/annex/internal/localcluster/clustertest"
 )
@@ -26,11 +28,14 @@ import (
 // namespace also holds kube-root-ca.crt, which counts): writing into one
 // namespace alone reaches the whole budget and no more, so does writing
 // into all three at once, deleting frees the budget for another namespace,
-// and consumer beta's namespace has a budget of its own.
+// and consumer beta's namespace has a budget of its own. alpha's budget of
+// ShadowPods follows its grant: twice its granted pods plus ShadowPodsSlack.
 func TestIntegration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	lc := clustertest.Start(ctx, t, localcluster.Options{Name: "tenantquota"})
+	// Annex's CRDs before the quota controller starts: it counts
+	// ShadowPods from the start.
+	lc := clustertest.Start(ctx, t, localcluster.Options{Name: "tenantquota", BeforeControllers: clustertest.ApplyCRDs})
 	logf.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(0))))
 	s := clustertest.Scheme(t)
 	c, cfg := clustertest.Client(t, lc, s)
@@ -41,10 +46,23 @@ func TestIntegration(t *testing.T) {
 	}
 	// The tenant namespace is not a remote namespace: it gets no share.
 	clustertest.Must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: corev1alpha1.TenantNamespacePrefix + "alpha", Labels: managedLabels("alpha")}}))
+	clustertest.InstallCRDs(ctx, t, c)
 
 	mgr := clustertest.NewManager(t, cfg, s)
-	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Budget: corev1.ResourceList{corev1.ResourceConfigMaps: *resource.NewQuantity(budget, resource.DecimalSI)}}
+	// A grant of 2 pods to alpha: 24 ShadowPods.
+	tenantNS := corev1alpha1.TenantNamespacePrefix + "alpha"
+	rs := &corev1alpha1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: "peering",
+		Annotations: map[string]string{replicator.AnnotationOriginNamespace: "annex-peer-p"}},
+		Spec: corev1alpha1.ResourceSliceSpec{ConsumerClusterID: "alpha", ProviderClusterID: "p", Resources: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("2")}}}
+	clustertest.Must(t, c.Create(ctx, rs))
+	rs.Status = corev1alpha1.ResourceSliceStatus{Phase: corev1alpha1.ResourceSliceAccepted, Resources: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("2")}}
+	clustertest.Must(t, c.Status().Update(ctx, rs))
+	const shadowPods = 2*2 + ShadowPodsSlack
+
+	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: Options{
+		Budget:                  corev1.ResourceList{corev1.ResourceConfigMaps: *resource.NewQuantity(budget, resource.DecimalSI)},
+		ShadowPodsPerGrantedPod: 2,
+	}}
 	clustertest.Must(t, r.SetupWithManager(mgr))
 	clustertest.RunManager(ctx, t, mgr)
 
@@ -128,5 +146,26 @@ func TestIntegration(t *testing.T) {
 	made = fill(alpha...)
 	if got := stored(alpha...); got != budget || made != freed {
 		t.Errorf("after deleting %d in a-alpha, writing into all three: %d admitted, alpha stores %d, want %d", freed, made, got, budget)
+	}
+
+	// ShadowPods: the grant's budget, in all three namespaces together.
+	sp := 0
+	for i := 0; ; i++ {
+		err := c.Create(ctx, &offloadingv1alpha1.ShadowPod{ObjectMeta: metav1.ObjectMeta{Namespace: alpha[i%len(alpha)], Name: fmt.Sprintf("sp-%d", i)},
+			Spec: offloadingv1alpha1.ShadowPodSpec{Pod: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}})
+		if err == nil {
+			sp++
+			continue
+		}
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), ShareQuotaName) {
+			t.Fatalf("ShadowPod %d: %v", i, err)
+		}
+		if i > 3*shadowPods {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if sp != shadowPods {
+		t.Errorf("%d ShadowPods admitted, want twice the granted pods plus %d: %d", sp, ShadowPodsSlack, shadowPods)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,6 +44,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	corev1alpha1 "github.com/annexhq/annex/apis/core/v1alpha1"
+	"github.com/annexhq/annex/internal/controller/replicator"
 )
 
 // ShareQuotaName is the ResourceQuota of a remote namespace's share of its
@@ -58,13 +60,16 @@ const DefaultRetry = time.Second
 
 // Reconciler keeps the shares of every consumer's budget.
 type Reconciler struct {
-	// Client reads namespaces from the manager's cache and writes quotas.
+	// Client reads namespaces and ResourceSlices from the manager's cache
+	// and writes quotas.
 	Client client.Client
 	// APIReader reads the shares from the API server.
 	APIReader client.Reader
-	// Budget is the budget of each consumer (--tenant-object-budget);
-	// empty turns the controller off.
-	Budget corev1.ResourceList
+	// Options are the budget.
+	Options Options
+	// Clock dates shares the quota controller counted in part (default:
+	// the real clock).
+	Clock clock.PassiveClock
 	// Retry is how soon to look again at a raise that waits (DefaultRetry).
 	Retry time.Duration
 }
@@ -72,6 +77,10 @@ type Reconciler struct {
 // Reconcile divides one consumer's budget among its remote namespaces.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	consumer := req.Name
+	budget, err := r.budget(ctx, consumer)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	namespaces := &corev1.NamespaceList{}
 	if err := r.Client.List(ctx, namespaces, client.MatchingLabels(managedLabels(consumer))); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list the namespaces of consumer %s: %w", consumer, err)
@@ -81,10 +90,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("list the quotas of consumer %s: %w", consumer, err)
 	}
 	byNamespace := map[string]*corev1.ResourceQuota{}
+	var recount time.Duration
 	for i := range quotas.Items {
-		if q := &quotas.Items[i]; q.Name == ShareQuotaName {
-			byNamespace[q.Namespace] = q
+		q := &quotas.Items[i]
+		if q.Name != ShareQuotaName {
+			continue
 		}
+		byNamespace[q.Namespace] = q
+		wait, err := Recount(ctx, r.Client, q, r.clock())
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if wait > 0 && (recount == 0 || wait < recount) {
+			recount = wait
+		}
+	}
+	if recount > 0 {
+		// A share counted in part is (or is about to be) written again:
+		// what its namespace uses is not known, so nothing is divided.
+		return ctrl.Result{RequeueAfter: recount}, nil
 	}
 	var shares []Share
 	for _, ns := range namespaces.Items {
@@ -99,7 +123,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	for ns, q := range byNamespace {
 		shares = append(shares, Share{Namespace: ns, Quota: q})
 	}
-	changes, retry := Plan(r.Budget, shares)
+	changes, retry := Plan(budget, shares)
 	quotaOf := map[string]*corev1.ResourceQuota{}
 	for _, s := range shares {
 		quotaOf[s.Namespace] = s.Quota
@@ -150,24 +174,53 @@ func (r *Reconciler) apply(ctx context.Context, consumer string, q *corev1.Resou
 	return nil
 }
 
+// budget is consumer's budget: Options.Budget and, unless that names
+// ShadowPods, Options.ShadowPodsPerGrantedPod times its granted pods plus
+// ShadowPodsSlack.
+func (r *Reconciler) budget(ctx context.Context, consumer string) (corev1.ResourceList, error) {
+	out := r.Options.Budget.DeepCopy()
+	if out == nil {
+		out = corev1.ResourceList{}
+	}
+	if _, named := out[ResourceShadowPods]; named || r.Options.ShadowPodsPerGrantedPod <= 0 {
+		return out, nil
+	}
+	list := &corev1alpha1.ResourceSliceList{}
+	tenant := corev1alpha1.TenantNamespaceName(consumer)
+	if err := r.Client.List(ctx, list, client.InNamespace(tenant)); err != nil {
+		return nil, fmt.Errorf("list ResourceSlices in %s: %w", tenant, err)
+	}
+	var pods int64
+	for i := range list.Items {
+		if rs := &list.Items[i]; granted(rs, consumer) {
+			if q, ok := rs.Status.Resources[corev1.ResourcePods]; ok && q.Sign() > 0 {
+				pods += min(q.Value(), 1<<40) // a grant's pods are bounded by the provider itself
+			}
+		}
+	}
+	out[ResourceShadowPods] = *resource.NewQuantity(r.Options.ShadowPodsPerGrantedPod*pods+ShadowPodsSlack, resource.DecimalSI)
+	return out, nil
+}
+
+// granted reports whether rs is an accepted ResourceSlice of consumer, one
+// whose status counts in its grant (as the shadowpod controller counts it).
+func granted(rs *corev1alpha1.ResourceSlice, consumer string) bool {
+	return replicator.IsReplica(rs) && rs.Spec.ConsumerClusterID == consumer &&
+		rs.Status.Phase == corev1alpha1.ResourceSliceAccepted && rs.DeletionTimestamp.IsZero()
+}
+
+func (r *Reconciler) clock() clock.PassiveClock {
+	if r.Clock == nil {
+		return clock.RealClock{}
+	}
+	return r.Clock
+}
+
 func (r *Reconciler) retry() time.Duration {
 	if r.Retry > 0 {
 		return r.Retry
 	}
 	return DefaultRetry
-}
-
-// Counted reports whether the ResourceQuota q is counted: the quota
-// controller has copied its limits to its status and recorded the usage of
-// each (until then the API server refuses every object it counts).
-func Counted(q *corev1.ResourceQuota) bool {
-	for name, hard := range q.Spec.Hard {
-		got, ok := q.Status.Hard[name]
-		if _, used := q.Status.Used[name]; !ok || !used || got.Cmp(hard) != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // remoteNamespace reports whether ns is a remote namespace of consumer
@@ -203,13 +256,24 @@ func consumerOf(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: c}}}
 }
 
+// sliceConsumer is the reconcile key of a ResourceSlice replica in a
+// tenant namespace: its grant sets the consumer's budget of ShadowPods.
+func sliceConsumer(_ context.Context, o client.Object) []reconcile.Request {
+	c, ok := strings.CutPrefix(o.GetNamespace(), corev1alpha1.TenantNamespacePrefix)
+	if !ok || c == "" || !replicator.IsReplica(o) {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: c}}}
+}
+
 // SetupWithManager registers the controller "tenantquota": a remote
-// namespace appearing, starting its deletion or going, and every change of
-// a share (its limits, or the usage the quota admission and the quota
-// controller write), divides that consumer's budget again. With no budget
-// it registers nothing.
+// namespace appearing, starting its deletion or going, every change of a
+// share (its limits, or the usage the quota admission and the quota
+// controller write), and every change of a consumer's ResourceSlices (its
+// grant), divides that consumer's budget again. With no budget it registers
+// nothing.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if len(r.Budget) == 0 {
+	if !r.Options.Enabled() {
 		return nil
 	}
 	isShare := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == ShareQuotaName })
@@ -221,6 +285,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("tenantquota").
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(consumerOf), builder.WithPredicates(namespaceChanged)).
 		Watches(&corev1.ResourceQuota{}, handler.EnqueueRequestsFromMapFunc(consumerOf), builder.WithPredicates(isShare)).
+		Watches(&corev1alpha1.ResourceSlice{}, handler.EnqueueRequestsFromMapFunc(sliceConsumer)).
 		Complete(r)
 }
 
