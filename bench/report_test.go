@@ -135,7 +135,8 @@ func TestEvaluate(t *testing.T) {
 		keyStartupSLO: "6.40 s (p50 1.10 s, p90 3.20 s; 1200 pods at 20.0/s); direct 1.50 s (p50 0.20 s); " +
 			"3 pods not started within 1m0s of the last create, 0 create calls failed => **no**",
 		keyFresh:   "+1.50 s (3.00 s vs 1.50 s; first Ready 1.00 s vs 0.50 s); 1 of 3 offloaded trials failed (pods not all Ready within 1m0s) => **no**",
-		keyTenants: " => not measured",
+		keyTenants:     " => not measured",
+		keyTenantBytes: " => not measured",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("targets (-want +got):\n%s", diff)
@@ -377,7 +378,7 @@ func TestRender(t *testing.T) {
 	}
 	back := &Results{}
 	data, _ = os.ReadFile(path)
-	if err := json.Unmarshal(data, back); err != nil || len(back.Targets) != 15 || len(back.Bursts) != len(r.Bursts) {
+	if err := json.Unmarshal(data, back); err != nil || len(back.Targets) != 16 || len(back.Bursts) != len(r.Bursts) {
 		t.Errorf("rewritten JSON: %v, %d targets", err, len(back.Targets))
 	}
 }

@@ -21,6 +21,7 @@ type Results struct {
 	Streams     []StreamRun     `json:"streams,omitempty"`
 	Fresh       []FreshTrial    `json:"fresh,omitempty"`
 	Tenants     []TenantTrial   `json:"tenants,omitempty"`
+	TenantBytes *TenantBytes    `json:"tenantBytes,omitempty"`
 	Failures    []FailureTrial  `json:"failures,omitempty"`
 	Failovers   []FailoverTrial `json:"failovers,omitempty"`
 	Unpeers     []UnpeerTrial   `json:"unpeers,omitempty"`

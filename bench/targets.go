@@ -69,7 +69,7 @@ func evaluate(r *Results) []TargetResult {
 		out = append(out, ratioTarget(r, bursts, n, placementShared), ratioTarget(r, bursts, n, placementPinned))
 	}
 	out = append(out, annexWritesTarget(r.Bursts), agentCPUTarget(r.Bursts))
-	out = append(out, firstReady(bursts), startupSLO(r), freshBurst(r), tenantTarget(r))
+	out = append(out, firstReady(bursts), startupSLO(r), freshBurst(r), tenantTarget(r), tenantBytesTarget(r))
 
 	// Failure reaction.
 	fs := summarizeFailures(r.Failures)

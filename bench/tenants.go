@@ -171,6 +171,9 @@ func runTenants(ctx context.Context, e *env, cfg Config, r *Results) error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil || !tenantTarget(r).missed() {
+		// Last, as it leaves tenant A's quotas full: A writes its maximum
+		// of every kind.
+		r.TenantBytes = runTenantBytes(ctx, e, a)
 		return err
 	}
 	// Missed: one more flooding trial, not counted, with the agents and
@@ -185,6 +188,7 @@ func runTenants(ctx context.Context, e *env, cfg Config, r *Results) error {
 	r.Profiles = append(r.Profiles, profiles...)
 	logTenantTrial(e, cfg, &t, err)
 	r.Tenants = append(r.Tenants, t)
+	r.TenantBytes = runTenantBytes(ctx, e, a)
 	return err
 }
 

@@ -16,9 +16,10 @@
 // is counted (Counted).
 //
 // One reconcile key per consumer (its ID as the name); it reads the
-// consumer's namespaces from the cache and their shares from the API server
-// (the usage the quota admission writes at every creation, which a cache
-// may not have yet).
+// consumer's namespaces from the cache, and its shares from the cache to
+// decide whether anything is to be done, then from the API server (the
+// usage the quota admission writes at every creation, which a cache may
+// not have yet) to decide what.
 package tenantquota
 
 import (
@@ -85,45 +86,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.List(ctx, namespaces, client.MatchingLabels(managedLabels(consumer))); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list the namespaces of consumer %s: %w", consumer, err)
 	}
-	quotas := &corev1.ResourceQuotaList{}
-	if err := r.APIReader.List(ctx, quotas, client.MatchingLabels(managedLabels(consumer))); err != nil {
-		return ctrl.Result{}, fmt.Errorf("list the quotas of consumer %s: %w", consumer, err)
+	// The cache decides whether anything is to be done: every creation in
+	// a namespace changes its share's usage, and most need nothing.
+	if _, changes, retry, err := r.plan(ctx, r.Client, consumer, budget, namespaces, false); err != nil || len(changes) == 0 && !retry {
+		return ctrl.Result{}, err
 	}
-	byNamespace := map[string]*corev1.ResourceQuota{}
-	var recount time.Duration
-	for i := range quotas.Items {
-		q := &quotas.Items[i]
-		if q.Name != ShareQuotaName {
-			continue
-		}
-		byNamespace[q.Namespace] = q
-		wait, err := Recount(ctx, r.Client, q, r.clock())
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if wait > 0 && (recount == 0 || wait < recount) {
-			recount = wait
-		}
+	// The API server decides what: the cache may lag behind the usage the
+	// quota admission wrote, and a raise counts on every other share.
+	shares, changes, retry, err := r.plan(ctx, r.APIReader, consumer, budget, namespaces, true)
+	var wait *waitError
+	if errors.As(err, &wait) {
+		return ctrl.Result{RequeueAfter: wait.after}, nil
 	}
-	if recount > 0 {
-		// A share counted in part is (or is about to be) written again:
-		// what its namespace uses is not known, so nothing is divided.
-		return ctrl.Result{RequeueAfter: recount}, nil
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	var shares []Share
-	for _, ns := range namespaces.Items {
-		if !remoteNamespace(&ns, consumer) {
-			continue
-		}
-		shares = append(shares, Share{Namespace: ns.Name, Active: ns.DeletionTimestamp.IsZero(), Quota: byNamespace[ns.Name]})
-		delete(byNamespace, ns.Name)
-	}
-	// A share whose namespace the cache does not show (yet, or any more)
-	// still counts: its namespace gets nothing new from here.
-	for ns, q := range byNamespace {
-		shares = append(shares, Share{Namespace: ns, Quota: q})
-	}
-	changes, retry := Plan(budget, shares)
 	quotaOf := map[string]*corev1.ResourceQuota{}
 	for _, s := range shares {
 		quotaOf[s.Namespace] = s.Quota
@@ -141,6 +118,61 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: r.retry()}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// waitError is plan's answer when a share counted in part is written
+// again: what its namespace uses is not known, so nothing is divided until
+// after.
+type waitError struct{ after time.Duration }
+
+func (e *waitError) Error() string { return fmt.Sprintf("a share is counted again; look again in %s", e.after) }
+
+// plan reads consumer's shares through reader and plans budget's division
+// among namespaces (see Plan). With recount, shares the quota controller
+// counted in part are written again (Recount) and a *waitError returned.
+func (r *Reconciler) plan(ctx context.Context, reader client.Reader, consumer string, budget corev1.ResourceList,
+	namespaces *corev1.NamespaceList, recount bool) ([]Share, []Change, bool, error) {
+	quotas := &corev1.ResourceQuotaList{}
+	if err := reader.List(ctx, quotas, client.MatchingLabels(managedLabels(consumer))); err != nil {
+		return nil, nil, false, fmt.Errorf("list the quotas of consumer %s: %w", consumer, err)
+	}
+	byNamespace := map[string]*corev1.ResourceQuota{}
+	var after time.Duration
+	for i := range quotas.Items {
+		q := &quotas.Items[i]
+		if q.Name != ShareQuotaName {
+			continue
+		}
+		byNamespace[q.Namespace] = q
+		if !recount {
+			continue
+		}
+		wait, err := Recount(ctx, r.Client, q, r.clock())
+		if err != nil {
+			return nil, nil, false, err
+		}
+		if wait > 0 && (after == 0 || wait < after) {
+			after = wait
+		}
+	}
+	if after > 0 {
+		return nil, nil, false, &waitError{after: after}
+	}
+	var shares []Share
+	for _, ns := range namespaces.Items {
+		if !remoteNamespace(&ns, consumer) {
+			continue
+		}
+		shares = append(shares, Share{Namespace: ns.Name, Active: ns.DeletionTimestamp.IsZero(), Quota: byNamespace[ns.Name]})
+		delete(byNamespace, ns.Name)
+	}
+	// A share whose namespace the cache does not show (yet, or any more)
+	// still counts: its namespace gets nothing new from here.
+	for ns, q := range byNamespace {
+		shares = append(shares, Share{Namespace: ns, Quota: q})
+	}
+	changes, retry := Plan(budget, shares)
+	return shares, changes, retry, nil
 }
 
 // apply creates the share c or sets its limits. An update carries the
