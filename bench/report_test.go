@@ -134,7 +134,7 @@ func TestEvaluate(t *testing.T) {
 		keyWrites: "consumer 0.10/s, provider 0.00/s; liveness writes besides: consumer 0.50/s, provider 0.00/s => **no**",
 		keyStartupSLO: "6.40 s (p50 1.10 s, p90 3.20 s; 1200 pods at 20.0/s); direct 1.50 s (p50 0.20 s); " +
 			"3 pods not started within 1m0s of the last create, 0 create calls failed => **no**",
-		keyFresh:   "+1.50 s (3.00 s vs 1.50 s; first Ready 1.00 s vs 0.50 s); 1 of 3 offloaded trials failed (pods not all Ready within 1m0s) => **no**",
+		keyFresh:       "+1.50 s (3.00 s vs 1.50 s; first Ready 1.00 s vs 0.50 s); 1 of 3 offloaded trials failed (pods not all Ready within 1m0s) => **no**",
 		keyTenants:     " => not measured",
 		keyTenantBytes: " => not measured",
 	}

@@ -126,7 +126,6 @@ const (
 	// in every remote namespace.
 	LimitRangeName = "annex-tenant-defaults"
 
-
 	// indexRemoteNamespace indexes RemoteNamespaces by spec.remoteNamespace.
 	indexRemoteNamespace = "spec.remoteNamespace"
 )

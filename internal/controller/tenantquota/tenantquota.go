@@ -125,7 +125,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // after.
 type waitError struct{ after time.Duration }
 
-func (e *waitError) Error() string { return fmt.Sprintf("a share is counted again; look again in %s", e.after) }
+func (e *waitError) Error() string {
+	return fmt.Sprintf("a share is counted again; look again in %s", e.after)
+}
 
 // plan reads consumer's shares through reader and plans budget's division
 // among namespaces (see Plan). With recount, shares the quota controller
