@@ -109,6 +109,7 @@ func (f *budgetFlag) String() string {
 		}
 		parts = append(parts, key+"="+q.String())
 	}
+	slices.Sort(parts)
 	return strings.Join(parts, ",")
 }
 

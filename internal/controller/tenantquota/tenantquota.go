@@ -1,8 +1,9 @@
 // Package tenantquota owns each tenant's object budget: how many objects of
-// a kind (ConfigMaps, Secrets, Services by default) one consumer may store
-// on this provider in all its remote namespaces together, so that what it
-// stores is bounded per tenant in bytes (count × the size bounds of the
-// admission policies), however many namespaces it has.
+// a kind (by default ConfigMaps, Secrets, Services, ShadowEndpointSlices,
+// and ShadowPods in proportion to the tenant's grant) one consumer may
+// store on this provider in all its remote namespaces together, so that
+// what it stores is bounded per tenant in bytes (count × the size bounds of
+// the admission policies), however many namespaces it has.
 //
 // Kubernetes counts objects only per namespace (ResourceQuota), so the
 // budget is divided: every remote namespace of the consumer gets a
