@@ -276,7 +276,7 @@ func TestTenantShadowPodsPolicy(t *testing.T) {
 // ConfigMap and refuses everything without it.
 func TestTenantPolicyShapes(t *testing.T) {
 	policies, bindings := tenantPolicies(t)
-	if got, want := len(policies), 10; got != want {
+	if got, want := len(policies), 11; got != want {
 		t.Errorf("%d tenant policies, want %d", got, want)
 	}
 	wantSelector := &metav1.LabelSelector{
