@@ -169,3 +169,38 @@ func TestIntegration(t *testing.T) {
 		t.Errorf("%d ShadowPods admitted, want twice the granted pods plus %d: %d", sp, ShadowPodsSlack, shadowPods)
 	}
 }
+
+// TestIntegrationKindsCountedLate: Annex's CRDs appear after the quota
+// controller started (a Helm install on a running cluster), so a share
+// naming ShadowPods, written before the controller discovered them, is
+// counted in part. It is written again until counted, and ShadowPods can
+// then be created.
+func TestIntegrationKindsCountedLate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	lc := clustertest.Start(ctx, t, localcluster.Options{Name: "tenantquota-late"})
+	logf.SetLogger(textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(0))))
+	s := clustertest.Scheme(t)
+	c, cfg := clustertest.Client(t, lc, s)
+	clustertest.InstallCRDs(ctx, t, c)
+	clustertest.Must(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a-alpha", Labels: managedLabels("alpha")}}))
+	mgr := clustertest.NewManager(t, cfg, s)
+	r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Options: Options{Budget: corev1.ResourceList{ResourceShadowPods: resource.MustParse("5")}}}
+	clustertest.Must(t, r.SetupWithManager(mgr))
+	clustertest.RunManager(ctx, t, mgr)
+	start := time.Now()
+	clustertest.Eventually(t, 2*time.Minute, "the share of a-alpha counted", func() error {
+		q := &corev1.ResourceQuota{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "a-alpha", Name: ShareQuotaName}, q); err != nil {
+			return err
+		}
+		if !Counted(q) {
+			return fmt.Errorf("not counted: %+v", q.Status)
+		}
+		return nil
+	})
+	t.Logf("counted %s after the CRDs were installed", time.Since(start).Round(100*time.Millisecond))
+	clustertest.Must(t, c.Create(ctx, &offloadingv1alpha1.ShadowPod{ObjectMeta: metav1.ObjectMeta{Namespace: "a-alpha", Name: "sp"},
+		Spec: offloadingv1alpha1.ShadowPodSpec{Pod: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}}))
+}

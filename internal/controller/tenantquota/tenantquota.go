@@ -88,9 +88,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("list the namespaces of consumer %s: %w", consumer, err)
 	}
 	// The cache decides whether anything is to be done: every creation in
-	// a namespace changes its share's usage, and most need nothing.
-	if _, changes, retry, err := r.plan(ctx, r.Client, consumer, budget, namespaces, false); err != nil || len(changes) == 0 && !retry {
+	// a namespace changes its share's usage, and most need nothing. A
+	// share not counted (yet, or in part) is looked at on the API server.
+	cached, changes, retry, err := r.plan(ctx, r.Client, consumer, budget, namespaces, false)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if len(changes) == 0 && !retry && allCounted(cached) {
+		return ctrl.Result{}, nil
 	}
 	// The API server decides what: the cache may lag behind the usage the
 	// quota admission wrote, and a raise counts on every other share.
@@ -115,10 +120,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := errors.Join(errs...); err != nil {
 		return ctrl.Result{}, err
 	}
-	if retry {
+	if retry || !allCounted(shares) {
+		// A raise waits for a lowering, or a share for the quota
+		// controller (Recount writes it again if it counts it in part).
 		return ctrl.Result{RequeueAfter: r.retry()}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// allCounted reports whether every share of shares that exists is counted.
+func allCounted(shares []Share) bool {
+	for _, s := range shares {
+		if s.Quota != nil && !Counted(s.Quota) {
+			return false
+		}
+	}
+	return true
 }
 
 // waitError is plan's answer when a share counted in part is written
