@@ -406,6 +406,26 @@ func TestRealNodeSandbox(t *testing.T) {
 			t.Fatalf("uninstall %s: %v\n%s", name, err, out)
 		}
 	}
+	// The providers' remote namespaces go with their pods' grace periods
+	// (real containers stop in their own time): the nodes' rules for their
+	// Services go with them.
+	for _, name := range []string{"beta", "gamma"} {
+		c := crClient(t, clusters[name])
+		eventually(t, 3*time.Minute, name+"'s remote namespaces gone", func() error {
+			list := &corev1.NamespaceList{}
+			if err := c.List(ctx, list, client.MatchingLabels{corev1alpha1.LabelManagedBy: corev1alpha1.ManagedByAnnex}); err != nil {
+				return err
+			}
+			var left []string
+			for _, ns := range list.Items {
+				left = append(left, fmt.Sprintf("%s (%s: %v)", ns.Name, ns.Status.Phase, ns.Status.Conditions))
+			}
+			if len(left) > 0 {
+				return fmt.Errorf("still there: %s", strings.Join(left, "; "))
+			}
+			return nil
+		})
+	}
 	for _, name := range []string{"alpha", "beta", "gamma"} {
 		checkNodesAsBefore(ctx, t, clusters[name])
 	}
