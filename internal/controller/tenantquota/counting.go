@@ -14,6 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// Recount deletes quotas: the agent's ClusterRole must grant it.
+// +kubebuilder:rbac:groups="",resources=resourcequotas,verbs=delete
+
 // RecountAfter is the age from which a ResourceQuota the quota controller
 // counted in part is created again (see Recount).
 const RecountAfter = 5 * time.Second
