@@ -2,7 +2,8 @@
 // against real API servers started by internal/localcluster: starting a
 // cluster (skipped with -short or without the Kubernetes binaries, stopped
 // with the test), clients, a controller manager run for the test,
-// installing Annex's CRDs, and the small must and eventually helpers. It is for tests only: no production code may import
+// installing Annex's CRDs, and the small must and eventually helpers. It is
+// for tests only: no production code may import
 // it.
 package clustertest
 
