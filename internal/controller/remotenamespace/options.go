@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/annexhq/annex/internal/controller/tenantquota"
 )
 
 // PodSecurityLevel is a Pod Security Standards level, the value of the
@@ -43,12 +45,17 @@ const (
 )
 
 // The quota resource names of the objects a consumer writes, counted by the
-// ResourceQuotas this controller keeps.
+// ResourceQuotas this controller keeps (the remote namespaces' kinds are
+// tenantquota's, whose budget counts them too).
+var (
+	ResourceShadowPods           = tenantquota.ResourceShadowPods
+	ResourceShadowEndpointSlices = tenantquota.ResourceShadowEndpointSlices
+)
+
+// The quota resource names of the tenant namespace's kinds.
 const (
-	ResourceShadowPods           corev1.ResourceName = "count/shadowpods.offloading.annex.dev"
-	ResourceShadowEndpointSlices corev1.ResourceName = "count/shadowendpointslices.offloading.annex.dev"
-	ResourceRemoteNamespaces     corev1.ResourceName = "count/remotenamespaces.offloading.annex.dev"
-	ResourceResourceSlices       corev1.ResourceName = "count/resourceslices.core.annex.dev"
+	ResourceRemoteNamespaces corev1.ResourceName = "count/remotenamespaces.offloading.annex.dev"
+	ResourceResourceSlices   corev1.ResourceName = "count/resourceslices.core.annex.dev"
 )
 
 // quotaKeys are the keys of --tenant-object-quota: each names a resource of
